@@ -31,9 +31,18 @@ import torch
 
 KS = (1, 5, 10)
 METRIC_KEYS = (
-    "i2t_r1", "i2t_r5", "i2t_r10", "i2t_medr", "i2t_meanr",
-    "t2i_r1", "t2i_r5", "t2i_r10", "t2i_medr", "t2i_meanr", "rsum",
-)  # fmt: skip
+    "i2t_r1",
+    "i2t_r5",
+    "i2t_r10",
+    "i2t_medr",
+    "i2t_meanr",
+    "t2i_r1",
+    "t2i_r5",
+    "t2i_r10",
+    "t2i_medr",
+    "t2i_meanr",
+    "rsum",
+)
 PROTOCOLS = ("full", "1k5fold", "5k")
 
 # A callable giving row blocks of the similarity matrix: rows(i0, i1) -> [i1-i0, n_captions]

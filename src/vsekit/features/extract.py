@@ -1,0 +1,298 @@
+"""Batched, resumable extraction of pooled activations into a FeatureStore.
+
+Images are decoded and cropped in DataLoader worker processes; the backbone runs in
+inference mode. Per image, the pooled activations of every FNE layer (and optionally the
+R-MAC descriptor of the last conv map) are averaged over its crop views.
+
+Resumability: batches sit on a fixed grid (image ``k`` is always in batch
+``k // batch_size``), and a batch is committed by writing its rows, flushing them, then
+atomically replacing ``progress.json``. After a kill, the same command continues from the
+last committed batch and produces the same bytes as an uninterrupted run. Unreadable
+images are recorded in ``failed.jsonl`` and get no row; they are reported at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+from tqdm import tqdm
+
+from ..images import ImageError, load_image
+from .backbones import Backbone
+from .crops import crop_views
+from .rmac import rmac
+from .store import STORE_VERSION, FeatureStore, StoreError, atomic_write_text, ids_digest
+
+
+@dataclass(frozen=True)
+class ExtractItem:
+    id: str
+    path: Path
+    split: str = "all"
+
+
+class _ViewsDataset(torch.utils.data.Dataset):
+    def __init__(self, items: Sequence[ExtractItem], start: int, crops: int, size: int):
+        self.items, self.start, self.crops, self.size = items, start, crops, size
+
+    def __len__(self) -> int:
+        return len(self.items) - self.start
+
+    def __getitem__(self, k: int):
+        k += self.start
+        try:
+            return k, crop_views(load_image(self.items[k].path), self.crops, self.size), None
+        except ImageError as e:
+            return k, None, str(e)
+        except Exception as e:  # noqa: BLE001 - a bad file must never stop a long run
+            return k, None, f"{self.items[k].path}: {type(e).__name__}: {e}"
+
+
+def _collate(batch):
+    return batch  # list of (index, views | None, error | None)
+
+
+@torch.inference_mode()
+def pooled_features(
+    model: Backbone, views: torch.Tensor, n_crops: int, with_rmac: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``views``: ``[B * n_crops, 3, S, S]`` uint8 -> ``([B, fne_dim], [B, C] | None)``,
+    averaged over each image's crops (R-MAC re-normalised after averaging)."""
+    device = model.mean.device
+    views = views.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last)
+    pooled, last = model.forward_pooled(views, keep_last_map=with_rmac)
+    pooled = pooled.view(-1, n_crops, pooled.shape[1]).mean(dim=1)
+    r = None
+    if with_rmac:
+        r = rmac(last).view(-1, n_crops, last.shape[1]).mean(dim=1)
+        r = torch.nn.functional.normalize(r, dim=1)
+    return pooled.float().cpu(), (r.float().cpu() if r is not None else None)
+
+
+def prepare_model(model: Backbone, device: str | torch.device | None = None) -> Backbone:
+    """Eval mode, channels-last memory (faster convolutions on CPU and GPU), on ``device``
+    (default: CUDA when present, else CPU)."""
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return model.eval().to(device, memory_format=torch.channels_last)
+
+
+def _store_meta(
+    model: Backbone,
+    items: Sequence[ExtractItem],
+    crops: int,
+    rmac_on: bool,
+    batch_size: int,
+    dataset: str,
+) -> dict:
+    return {
+        "version": STORE_VERSION,
+        "backbone": model.name,
+        "weights": getattr(model, "weights_source", "random"),
+        "layers": [{"name": lay.name, "channels": lay.channels} for lay in model.layers],
+        "fne_dim": model.fne_dim,
+        "baseline_layer": model.baseline_layer,
+        "baseline_dim": model.baseline_dim,
+        "rmac_dim": model.layer(model.last_map_layer).channels if rmac_on else None,
+        "crops": crops,
+        "input_size": model.input_size,
+        "preprocess": {
+            "mean": model.mean.flatten().tolist(),
+            "std": model.std.flatten().tolist(),
+            "resize": "see vsekit.features.crops",
+        },
+        "batch_size": batch_size,
+        "dataset": dataset,
+        "n_items": len(items),
+        "ids_sha1": ids_digest(i.id for i in items),
+        "complete": False,
+    }
+
+
+_IDENTITY = (
+    "backbone",
+    "weights",
+    "layers",
+    "crops",
+    "input_size",
+    "rmac_dim",
+    "batch_size",
+    "n_items",
+    "ids_sha1",
+)
+
+
+def extract_to_store(
+    items: Sequence[ExtractItem],
+    out: str | Path,
+    model: Backbone,
+    crops: int = 10,
+    batch_size: int = 16,
+    workers: int = 1,
+    with_rmac: bool = True,
+    dataset: str = "",
+    progress: bool = True,
+    on_batch: Callable[[int], None] | None = None,
+    device: str | None = None,
+) -> FeatureStore:
+    """Extract pooled features of ``items`` into the store at ``out`` (resuming it if it
+    holds a matching unfinished extraction).
+
+    Args:
+        on_batch: called with the number of committed images after each batch (tests
+            use it to simulate a kill).
+        device: where the backbone runs (default: CUDA when present, else CPU).
+
+    Raises:
+        StoreError: ``out`` holds a store made with other settings or images.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model = prepare_model(model, device)
+    meta = _store_meta(model, items, crops, with_rmac, batch_size, dataset)
+    meta_file = out / "meta.json"
+    if meta_file.is_file():
+        old = json.loads(meta_file.read_text())
+        diff = [k for k in _IDENTITY if old.get(k) != meta.get(k)]
+        if diff:
+            raise StoreError(
+                f"{out}: holds features made with other settings ({', '.join(diff)} differ); "
+                "choose another --out or delete it"
+            )
+        if old.get("complete"):
+            return FeatureStore(out)
+        meta = old
+    else:
+        atomic_write_text(meta_file, json.dumps(meta, indent=2))
+
+    n, dim = len(items), model.fne_dim
+    prog_file = out / "progress.json"
+    prog = json.loads(prog_file.read_text()) if prog_file.is_file() else {}
+    done, rows = int(prog.get("images", 0)), int(prog.get("rows", 0))
+    elapsed = float(prog.get("seconds", 0.0))
+    # Drop anything written after the last commit.
+    for name, keep in (("ids.txt", rows), ("splits.txt", rows)):
+        f = out / name
+        lines = f.read_text(encoding="utf-8").splitlines()[:keep] if f.is_file() else []
+        atomic_write_text(f, "".join(x + "\n" for x in lines))
+    failed_f = out / "failed.jsonl"
+    failed = (
+        [json.loads(x) for x in failed_f.read_text().splitlines()] if failed_f.is_file() else []
+    )
+    failed = [f for f in failed if f["index"] < done]
+    atomic_write_text(failed_f, "".join(json.dumps(f) + "\n" for f in failed))
+
+    def open_array(name: str, d: int) -> np.memmap:
+        f = out / name
+        if not f.is_file() or f.stat().st_size != n * d * 4:
+            with open(f, "ab") as fh:
+                fh.truncate(max(n, 1) * d * 4)
+        return np.memmap(f, dtype=np.float32, mode="r+", shape=(max(n, 1), d))
+
+    pooled_mm = open_array("pooled.f32", dim)
+    rmac_mm = open_array("rmac.f32", meta["rmac_dim"]) if meta["rmac_dim"] else None
+
+    loader = DataLoader(
+        _ViewsDataset(items, done, crops, model.input_size),
+        batch_size=batch_size,
+        num_workers=workers,
+        collate_fn=_collate,
+        persistent_workers=False,
+        prefetch_factor=4 if workers else None,
+    )
+    bar = tqdm(
+        total=n, initial=done, unit="img", disable=not progress, desc="extract", dynamic_ncols=True
+    )
+    t0 = time.perf_counter()
+    with (
+        open(out / "ids.txt", "a", encoding="utf-8") as ids_f,
+        open(out / "splits.txt", "a", encoding="utf-8") as splits_f,
+        open(failed_f, "a", encoding="utf-8") as fail_f,
+        bar,
+    ):
+        for batch in loader:
+            good = [(k, v) for k, v, err in batch if err is None]
+            for k, _, err in batch:
+                if err is not None:
+                    rec = {"index": k, "id": items[k].id, "path": str(items[k].path), "error": err}
+                    fail_f.write(json.dumps(rec) + "\n")
+            if good:
+                views = torch.cat([v for _, v in good])
+                pooled, r = pooled_features(model, views, crops, rmac_mm is not None)
+                pooled_mm[rows : rows + len(good)] = pooled.numpy()
+                pooled_mm.flush()
+                if rmac_mm is not None:
+                    rmac_mm[rows : rows + len(good)] = r.numpy()
+                    rmac_mm.flush()
+                for k, _ in good:
+                    ids_f.write(items[k].id + "\n")
+                    splits_f.write(items[k].split + "\n")
+            for f in (ids_f, splits_f, fail_f):
+                f.flush()
+                os.fsync(f.fileno())
+            rows += len(good)
+            done = batch[-1][0] + 1
+            secs = elapsed + time.perf_counter() - t0
+            atomic_write_text(
+                prog_file, json.dumps({"images": done, "rows": rows, "seconds": secs})
+            )
+            bar.update(len(batch))
+            if on_batch is not None:
+                on_batch(done)
+    del pooled_mm, rmac_mm
+    # Finish: cut the arrays to the rows kept, then mark the store complete.
+    for name, d in (("pooled.f32", dim), ("rmac.f32", meta["rmac_dim"])):
+        if d:
+            os.truncate(out / name, rows * d * 4)
+    meta.update(
+        n=rows,
+        complete=True,
+        failed=n - rows,
+        extract_seconds=round(elapsed + time.perf_counter() - t0, 1),
+    )
+    atomic_write_text(meta_file, json.dumps(meta, indent=2))
+    return FeatureStore(out)
+
+
+def failed_images(store: str | Path) -> list[dict]:
+    """The unreadable images an extraction skipped: ``[{"id", "path", "error"}]``."""
+    f = Path(store) / "failed.jsonl"
+    return [json.loads(x) for x in f.read_text().splitlines()] if f.is_file() else []
+
+
+@torch.inference_mode()
+def embed_images(
+    model: Backbone, images: Sequence, crops: int = 1, with_rmac: bool = False
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Pooled features of PIL images or paths, in memory: ``([N, fne_dim], [N, C] | None)``.
+    Raises :class:`~vsekit.images.ImageError` for an unreadable path."""
+    views = [
+        crop_views(
+            im if not isinstance(im, str | Path) else load_image(im), crops, model.input_size
+        )
+        for im in images
+    ]
+    if not views:
+        return np.zeros((0, model.fne_dim), np.float32), None
+    pooled, r = pooled_features(model, torch.cat(views), crops, with_rmac)
+    return pooled.numpy(), (r.numpy() if r is not None else None)
+
+
+def check_store_matches(store: FeatureStore, model: Backbone, crops: int) -> None:
+    """Raise :class:`StoreError` if ``store`` was not made by ``model`` with ``crops``."""
+    m = store.meta
+    mine = {
+        "backbone": model.name,
+        "weights": getattr(model, "weights_source", "random"),
+        "crops": crops,
+    }
+    diff = [f"{k}: store {m.get(k)!r} vs {v!r}" for k, v in mine.items() if m.get(k) != v]
+    if diff:
+        raise StoreError(f"{store.path}: features do not match the model ({'; '.join(diff)})")

@@ -3,7 +3,7 @@
 * ``1``: resize the shorter side to ``S = size * 256 / 224``, centre crop ``size``.
 * ``2``: the same plus its horizontal mirror.
 * ``10``: resize to ``S x S``, take the four corners and the centre ``size x size``, and
-  mirror each (torchvision's ten-crop order: tl, tr, bl, br, centre, then mirrored).
+  mirror each (order: tl, tr, bl, br, centre, then the five mirrored).
 
 Activations are averaged over the views.
 """
@@ -28,7 +28,7 @@ def crop_views(img: Image.Image, n_crops: int, size: int = 224) -> torch.Tensor:
     x = TF.pil_to_tensor(img)  # (3, H, W) uint8
     big = resize_size(size)
     if n_crops == 10:
-        x = TF.resize(x, [big, big], antialias=True)
-        return torch.stack(TF.ten_crop(x, [size, size]))
+        five = torch.stack(TF.five_crop(TF.resize(x, [big, big], antialias=True), [size, size]))
+        return torch.cat([five, five.flip(-1)])
     x = TF.center_crop(TF.resize(x, big, antialias=True), [size, size])
     return torch.stack([x, TF.horizontal_flip(x)]) if n_crops == 2 else x.unsqueeze(0)

@@ -1,0 +1,88 @@
+"""Losses over a batch of matching image and caption embeddings (row k of each is a
+pair; every other row is a negative). Losses never call the model.
+
+Contrastive hinge (journal paper eq. 1 and 4; Kiros et al. UVS, Faghri et al. VSE++),
+with ``s = S(i, c)`` for the positive pair and margin ``alpha``::
+
+    L_S = sum_i sum_k [alpha - S(i, c) + S(i, c_k)]_+ + sum_c sum_k [alpha - S(i, c) + S(i_k, c)]_+
+    L_M = sum_i max_k [alpha - S(i, c) + S(i, c_k)]_+ + sum_c max_k [alpha - S(i, c) + S(i_k, c)]_+
+
+``L_S`` sums over all in-batch negatives ("sum"), ``L_M`` keeps only the hardest ("max").
+Created by name: ``create_loss("max_hinge", margin=0.2, similarity="order", abs=True)``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .similarity import create_similarity
+
+_LOSSES: dict[str, type[nn.Module]] = {}
+
+
+def register_loss(name: str):
+    def deco(cls):
+        _LOSSES[name] = cls
+        return cls
+
+    return deco
+
+
+def list_losses() -> list[str]:
+    return sorted(_LOSSES)
+
+
+def create_loss(name: str, **kwargs) -> nn.Module:
+    if name not in _LOSSES:
+        raise ValueError(f"unknown loss {name!r}; known: {', '.join(list_losses())}")
+    return _LOSSES[name](**kwargs)
+
+
+class ContrastiveHinge(nn.Module):
+    """Bidirectional hinge over in-batch negatives; ``max_violation`` picks L_M over L_S.
+
+    Args:
+        margin: alpha.
+        max_violation: hardest negative only (VSE++) instead of the sum (UVS).
+        similarity: a registered similarity name (``cosine``, ``order``, ``euclidean``).
+        abs: for ``order``, compare absolute values.
+    """
+
+    def __init__(
+        self,
+        margin: float = 0.2,
+        max_violation: bool = False,
+        similarity: str = "cosine",
+        abs: bool = False,
+    ) -> None:
+        super().__init__()
+        self.margin, self.max_violation = margin, max_violation
+        self.sim = create_similarity(similarity, **({"abs": abs} if similarity == "order" else {}))
+
+    def forward(self, img_emb: torch.Tensor, txt_emb: torch.Tensor) -> torch.Tensor:
+        scores = self.sim(img_emb, txt_emb)  # (B, B): [image, caption]
+        pos = scores.diagonal()
+        cost_txt = (self.margin + scores - pos.unsqueeze(1)).clamp(min=0)  # negatives c_k of i
+        cost_img = (self.margin + scores - pos.unsqueeze(0)).clamp(min=0)  # negatives i_k of c
+        eye = torch.eye(scores.shape[0], dtype=torch.bool, device=scores.device)
+        cost_txt, cost_img = cost_txt.masked_fill(eye, 0), cost_img.masked_fill(eye, 0)
+        if self.max_violation:
+            return cost_txt.amax(dim=1).sum() + cost_img.amax(dim=0).sum()
+        return cost_txt.sum() + cost_img.sum()
+
+
+@register_loss("sum_hinge")
+class SumHinge(ContrastiveHinge):
+    """L_S (eq. 1): sum over all in-batch negatives."""
+
+    def __init__(self, margin: float = 0.2, similarity: str = "cosine", abs: bool = False):
+        super().__init__(margin, False, similarity, abs)
+
+
+@register_loss("max_hinge")
+class MaxHinge(ContrastiveHinge):
+    """L_M (eq. 4): hardest in-batch negative only."""
+
+    def __init__(self, margin: float = 0.2, similarity: str = "cosine", abs: bool = False):
+        super().__init__(margin, True, similarity, abs)

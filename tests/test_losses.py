@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vsekit.losses import create_loss, list_losses
+from vsekit.similarity import create_similarity, order_similarity
+
+
+def naive_order(i: torch.Tensor, c: torch.Tensor, abs: bool = False) -> float:
+    if abs:
+        i, c = i.abs(), c.abs()
+    return -sum(max(0.0, float(c[d] - i[d])) ** 2 for d in range(len(i)))
+
+
+def naive_hinge(img, txt, sim, margin, use_max):
+    s = lambda a, b: float(sim(img[a : a + 1], txt[b : b + 1])[0, 0])  # noqa: E731
+    n, total = len(img), 0.0
+    for k in range(n):
+        pos = s(k, k)
+        neg_c = [max(0.0, margin - pos + s(k, j)) for j in range(n) if j != k]
+        neg_i = [max(0.0, margin - pos + s(j, k)) for j in range(n) if j != k]
+        total += (max(neg_c) + max(neg_i)) if use_max else (sum(neg_c) + sum(neg_i))
+    return total
+
+
+@pytest.mark.parametrize(
+    "similarity,abs", [("cosine", False), ("order", False), ("order", True), ("euclidean", False)]
+)
+@pytest.mark.parametrize("name", ["sum_hinge", "max_hinge"])
+def test_hinge_losses_equal_naive_loop(name, similarity, abs):
+    g = torch.Generator().manual_seed(0)
+    img = torch.nn.functional.normalize(torch.randn(7, 5, generator=g), dim=1)
+    txt = torch.nn.functional.normalize(torch.randn(7, 5, generator=g), dim=1)
+    kw = {"abs": abs} if similarity == "order" else {}
+    loss = create_loss(name, margin=0.2, similarity=similarity, **kw)
+    want = naive_hinge(img, txt, create_similarity(similarity, **kw), 0.2, name == "max_hinge")
+    assert float(loss(img, txt)) == pytest.approx(want, rel=1e-5)
+
+
+def test_order_similarity_formula_and_chunking(monkeypatch):
+    g = torch.Generator().manual_seed(1)
+    img, txt = torch.randn(9, 4, generator=g), torch.randn(6, 4, generator=g)
+    for abs in (False, True):
+        got = order_similarity(img, txt, abs=abs)
+        want = torch.tensor([[naive_order(i, c, abs) for c in txt] for i in img])
+        torch.testing.assert_close(got, want)
+    import vsekit.similarity as sim
+
+    monkeypatch.setattr(sim, "_ORDER_CHUNK", 5)  # forces one image per chunk
+    torch.testing.assert_close(order_similarity(img, txt), sim.order_similarity(img, txt))
+    # a caption below its image in every coordinate has similarity 0, the maximum
+    assert float(order_similarity(torch.ones(1, 3), torch.zeros(1, 3))) == 0.0
+
+
+def test_loss_gradients_and_registry():
+    assert list_losses() == ["max_hinge", "sum_hinge"]
+    img = torch.randn(4, 3, requires_grad=True)
+    txt = torch.randn(4, 3, requires_grad=True)
+    create_loss("max_hinge")(img, txt).backward()
+    assert img.grad is not None and torch.isfinite(img.grad).all()
+    with pytest.raises(ValueError, match="unknown loss"):
+        create_loss("nope")

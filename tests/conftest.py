@@ -1,10 +1,15 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
+from torch import nn
+
+from vsekit.features.backbones import Backbone, LayerSpec, register_backbone
 
 FLICKR8K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "flickr8k"
 
@@ -22,3 +27,27 @@ def flickr8k_root() -> Path:
     if not (FLICKR8K / "Flickr8k.token.txt").is_file():
         pytest.skip(f"real Flickr8k not found at {FLICKR8K}")
     return FLICKR8K
+
+
+class TinyBackbone(Backbone):
+    """Two small conv layers and an fc layer: fast enough for extraction tests."""
+
+    input_size = 32
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.ModuleDict({"c1": nn.Conv2d(3, 4, 3, 2), "c2": nn.Conv2d(4, 6, 3, 2),
+                                  "fc": nn.Linear(6, 5)})  # fmt: skip
+        self.layers = (LayerSpec("c1", 4), LayerSpec("c2", 6), LayerSpec("fc", 5, "fc"))
+        self.baseline_layer, self.last_map_layer = "fc", "c2"
+
+    def iter_layers(self, x: torch.Tensor) -> Iterator[torch.Tensor]:
+        x = torch.relu(self.net["c1"](self.normalize(x)))
+        yield x
+        x = torch.relu(self.net["c2"](x))
+        yield x
+        yield self.net["fc"](x.mean(dim=(2, 3)))
+
+
+register_backbone("tiny-test")(TinyBackbone)

@@ -1,48 +1,21 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
-from torch import nn
 
 from tests.conftest import write_image
 from vsekit.cli import main
 from vsekit.features import ImageFeaturizer, create_backbone, list_backbones
-from vsekit.features.backbones import Backbone, LayerSpec, register_backbone
 from vsekit.features.crops import crop_views
 from vsekit.features.extract import ExtractItem, extract_to_store, failed_images
 from vsekit.features.fne import FNEStats, full_network_embedding, ternarise
 from vsekit.features.rmac import rmac
 from vsekit.features.store import FeatureStore, StoreError
-
-
-class TinyBackbone(Backbone):
-    """Two small conv layers and an fc layer: fast enough for extraction tests."""
-
-    input_size = 32
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.net = nn.ModuleDict({"c1": nn.Conv2d(3, 4, 3, 2), "c2": nn.Conv2d(4, 6, 3, 2),
-                                  "fc": nn.Linear(6, 5)})  # fmt: skip
-        self.layers = (LayerSpec("c1", 4), LayerSpec("c2", 6), LayerSpec("fc", 5, "fc"))
-        self.baseline_layer, self.last_map_layer = "fc", "c2"
-
-    def iter_layers(self, x: torch.Tensor) -> Iterator[torch.Tensor]:
-        x = torch.relu(self.net["c1"](self.normalize(x)))
-        yield x
-        x = torch.relu(self.net["c2"](x))
-        yield x
-        yield self.net["fc"](x.mean(dim=(2, 3)))
-
-
-register_backbone("tiny-test")(TinyBackbone)
 
 EXPECTED_DIMS = {"vgg16": (12416, 4096), "resnet50": (15168, 2048), "vgg19": (13696, 4096),
                  "resnet152": (47936, 2048), "efficientnet-lite0": (3120, 1280)}  # fmt: skip

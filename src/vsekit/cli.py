@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -232,6 +233,87 @@ def _features_info(args: argparse.Namespace) -> int:
     else:
         for k, v in d.items():
             print(f"{k:>15}: {v}")
+    return 0
+
+
+# ---------------------------------------------------------------- vse train / eval
+@command
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train a joint embedding from an experiment config")
+    p.add_argument("config", help="experiment YAML (see configs/)")
+    p.add_argument("--run-dir", help="run directory (default: runs/<config name>)")
+    p.add_argument("--resume", action="store_true", help="continue a killed run exactly")
+    p.add_argument("--data-root", help="override data.root (a Flickr8k folder, ...)")
+    p.add_argument("--store", help="override data.store (FeatureStore directory)")
+    p.add_argument("--epochs", type=int, help="override train.epochs")
+    p.add_argument("--max-minutes", type=float, help="override train.max_minutes")
+    p.set_defaults(handler=_train)
+
+    e = sub.add_parser("eval", help="evaluate a trained run on a split")
+    e.add_argument("run", help="run directory")
+    e.add_argument("--split", default="dev")
+    e.add_argument("--protocol", choices=("full", "1k5fold", "5k"), default="full")
+    e.add_argument("--checkpoint", choices=("best", "last"), default="best")
+    e.add_argument("--data-root", help="override the dataset folder of the run's config")
+    e.add_argument("--store", help="override the FeatureStore of the run's config")
+    e.add_argument("--json", action="store_true")
+    e.set_defaults(handler=_eval)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from .train import load_config, train
+
+    cfg = load_config(args.config)
+    if args.data_root:
+        cfg.data.root = args.data_root
+    if args.store:
+        cfg.data.store = args.store
+    if args.epochs:
+        cfg.train.epochs = args.epochs
+    if args.max_minutes:
+        cfg.train.max_minutes = args.max_minutes
+    run = args.run_dir or f"runs/{cfg.name}"
+    res = train(cfg, run, resume=args.resume)
+    m = res["best_metrics"]
+    state = "COLLAPSED (did not start learning)" if res["collapsed"] else "done"
+    print(
+        f"{run}: {state}; {res['epochs_run']} epochs in {res['seconds']} s; best epoch "
+        f"{res['best_epoch']} dev rsum {m.get('rsum', float('nan')):.1f}"
+    )
+    return 3 if res["collapsed"] else 0
+
+
+def format_table(m: dict) -> str:
+    """The journal paper's layout: annotation and retrieval R@1/5/10, Med r, mean r, rsum."""
+    head = f"{'':<12}{'R@1':>7}{'R@5':>7}{'R@10':>7}{'Med r':>7}{'Mean r':>8}"
+    rows = [
+        f"{name:<12}"
+        + "".join(f"{m[f'{d}_r{k}']:>7.1f}" for k in (1, 5, 10))
+        + f"{m[f'{d}_medr']:>7.0f}{m[f'{d}_meanr']:>8.1f}"
+        for name, d in (("annotation", "i2t"), ("retrieval", "t2i"))
+    ]
+    return "\n".join([head, *rows, f"{'rsum':<12}{m['rsum']:>7.1f}"])
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from .data import load_dataset
+    from .eval import evaluate_model
+    from .features.store import FeatureStore
+    from .train import load_run
+    from .train.config import DataConfig, from_dict
+    from .train.features import image_features
+
+    model, meta = load_run(args.run, args.checkpoint)
+    data = from_dict(DataConfig, meta["config"]["data"], "data")
+    ds = load_dataset(args.data_root or data.root, data.format).split(args.split)
+    store = FeatureStore(os.path.expanduser(args.store or data.store))
+    if store.fingerprint() != meta.get("store_fingerprint"):
+        print(
+            f"vse: warning: {store.path} is not the store this run was trained on", file=sys.stderr
+        )
+    feats = image_features(store, data.features, [im.id for im in ds.images])
+    m = evaluate_model(model, feats, ds.texts, ds.caption_to_image, protocol=args.protocol)
+    print(json.dumps(m, indent=2) if args.json else format_table(m))
     return 0
 
 

@@ -1,5 +1,6 @@
 """Evaluation: retrieval metrics and protocols."""
 
+from .model_eval import encode_all, evaluate_model
 from .retrieval import (
     METRIC_KEYS,
     PROTOCOLS,
@@ -11,6 +12,8 @@ from .retrieval import (
 )
 
 __all__ = [
+    "encode_all",
+    "evaluate_model",
     "METRIC_KEYS",
     "PROTOCOLS",
     "evaluate_protocol",

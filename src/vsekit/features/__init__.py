@@ -10,8 +10,21 @@ from .store import FeatureStore, StoreError
 from .weights import WeightsError, install_weights
 
 __all__ = [
-    "Backbone", "ExtractItem", "FNEStats", "FeatureStore", "ImageFeaturizer", "LayerSpec",
-    "StoreError", "WeightsError", "create_backbone", "embed_images", "extract_to_store",
-    "full_network_embedding", "install_weights", "list_backbones", "register_backbone",
-    "rmac", "ternarise",
-]  # fmt: skip
+    "Backbone",
+    "ExtractItem",
+    "FNEStats",
+    "FeatureStore",
+    "ImageFeaturizer",
+    "LayerSpec",
+    "StoreError",
+    "WeightsError",
+    "create_backbone",
+    "embed_images",
+    "extract_to_store",
+    "full_network_embedding",
+    "install_weights",
+    "list_backbones",
+    "register_backbone",
+    "rmac",
+    "ternarise",
+]

@@ -1,0 +1,5 @@
+"""Models: the joint embedding (UVS / VSE++ / order)."""
+
+from .joint import JointConfig, JointEmbedding
+
+__all__ = ["JointConfig", "JointEmbedding"]

@@ -1,0 +1,15 @@
+"""Text encoders and word vectors."""
+
+from .encoders import (
+    TextEncoderConfig,
+    create_text_encoder,
+    list_text_encoders,
+    register_text_encoder,
+)
+
+__all__ = [
+    "TextEncoderConfig",
+    "create_text_encoder",
+    "list_text_encoders",
+    "register_text_encoder",
+]

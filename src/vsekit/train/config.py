@@ -1,0 +1,165 @@
+"""Experiment configuration: typed dataclasses loaded from a YAML (or JSON) file.
+
+Only the CLI turns argv into a config; the library receives these objects. Unknown keys
+and wrongly typed values are errors that name the field (``train.lr: expected float``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..models.joint import JointConfig
+
+
+@dataclass
+class DataConfig:
+    root: str = "../shared/data/flickr8k"  # dataset folder or file
+    format: str | None = None  # dataset format (None: detect)
+    store: str = "~/.cache/vsekit/stores/flickr8k-resnet50-c10"  # FeatureStore directory
+    features: str = "fne"  # fne | baseline | rmac | pooled: which image representation
+    backbone: str = "resnet50"  # used if the store must be extracted
+    crops: int = 10  # used if the store must be extracted
+    weights: str = "auto"  # backbone weights if the store must be extracted ("auto": installed)
+    train_split: str = "train"
+    dev_split: str = "dev"
+    vocab_min_count: int = 1  # words seen fewer times in train become <unk>
+
+
+@dataclass
+class LossConfig:
+    name: str = "max_hinge"  # sum_hinge (L_S) | max_hinge (L_M)
+    margin: float = 0.2
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 30  # maximum epochs (the best dev-rsum epoch is kept)
+    batch_size: int = 128
+    lr: float = 2e-4
+    captions: str = "one"  # one: each image once with a random caption (paper); all: every caption
+    grad_clip: float = 2.0  # gradient-norm clipping
+    weight_decay: float = 0.0  # Adam(W) decoupled weight decay
+    lr_decay_epochs: int = 0  # multiply lr by lr_decay every this many epochs (0: never)
+    lr_decay: float = 0.1
+    curriculum: str = "none"  # none | sum_then_max (PH / POE)
+    curriculum_patience: int = 1  # epochs without dev improvement before switching to L_M
+    lr_max_phase: float | None = None  # lr of the L_M phase (None: keep lr)
+    collapse_epochs: int = 5  # a run with dev rsum < collapse_rsum after this many epochs ...
+    collapse_rsum: float = 10.0  # ... has not started learning (journal paper, section 6)
+    collapse_restart: bool = True  # restart once with a sum-loss warm-up (curriculum)
+    patience: int = 0  # stop after this many epochs without improvement (0: never)
+    max_minutes: float | None = None  # training time budget (evaluation included)
+    eval_batch: int = 1024
+    seed: int = 0
+    device: str | None = None  # None: CUDA if present, else CPU
+    threads: int | None = None  # torch CPU threads (None: default)
+
+
+@dataclass
+class ExperimentConfig:
+    name: str = "experiment"
+    data: DataConfig = field(default_factory=DataConfig)
+    model: JointConfig = field(default_factory=JointConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(value, a, where)
+            except ConfigError:
+                pass
+        raise ConfigError(f"{where}: expected {tp}, got {value!r}")
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value, where)
+    if tp is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if tp is float and isinstance(value, str):
+        try:
+            return float(value)  # YAML reads 2e-4 as a string
+        except ValueError:
+            pass
+    if (
+        tp in (int, str, bool)
+        and isinstance(value, tp)
+        and not (tp is int and isinstance(value, bool))
+    ):
+        return value
+    raise ConfigError(f"{where}: expected {getattr(tp, '__name__', tp)}, got {value!r}")
+
+
+def from_dict(cls: type, d: Any, where: str = "config") -> Any:
+    """Build dataclass ``cls`` from a nested dict; unknown keys and bad types raise."""
+    if not isinstance(d, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {type(d).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(d) - names
+    if unknown:
+        raise ConfigError(f"{where}: unknown field(s) {sorted(unknown)}; known: {sorted(names)}")
+    kwargs = {
+        k: _coerce(v, hints[k], f"{where}.{k}" if where != "config" else k) for k, v in d.items()
+    }
+    return cls(**kwargs)
+
+
+def load_config(path: str | Path) -> ExperimentConfig:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: invalid YAML ({e})") from e
+    try:
+        cfg = from_dict(ExperimentConfig, raw)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from e
+    validate(cfg, str(path))
+    return cfg
+
+
+def validate(cfg: ExperimentConfig, where: str = "config") -> None:
+    checks = [
+        (
+            cfg.data.features in ("fne", "baseline", "rmac", "pooled"),
+            "data.features",
+            "fne | baseline | rmac | pooled",
+        ),
+        (cfg.train.captions in ("one", "all"), "train.captions", "one | all"),
+        (
+            cfg.train.curriculum in ("none", "sum_then_max"),
+            "train.curriculum",
+            "none | sum_then_max",
+        ),
+        (cfg.train.batch_size >= 2, "train.batch_size", ">= 2"),
+        (cfg.train.epochs >= 1, "train.epochs", ">= 1"),
+    ]
+    for ok, name, want in checks:
+        if not ok:
+            raise ConfigError(f"{where}: {name} must be {want}")
+
+
+def config_from_json(text: str) -> ExperimentConfig:
+    return from_dict(ExperimentConfig, json.loads(text))

@@ -1,0 +1,60 @@
+"""The image side of a training run: make sure the FeatureStore exists, then read the
+chosen representation for a list of image ids."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..data import Dataset
+from ..features.backbones import create_backbone
+from ..features.extract import ExtractItem, extract_to_store
+from ..features.store import FeatureStore, StoreError
+from .config import DataConfig
+
+
+def ensure_store(cfg: DataConfig, ds: Dataset, progress: bool = True) -> FeatureStore:
+    """Open ``cfg.store``; extract it from ``ds`` first if it does not exist or is
+    unfinished (resuming), and fit the FNE on the train split if it is needed and missing."""
+    path = Path(cfg.store).expanduser()
+    meta_ok = (path / "meta.json").is_file()
+    store = None
+    if meta_ok:
+        try:
+            store = FeatureStore(path)
+        except StoreError:
+            store = None  # unfinished: resume below
+    if store is None:
+        if any(im.path is None for im in ds.images):
+            raise StoreError(f"{path}: no features, and {ds.name} has no image files")
+        model = create_backbone(cfg.backbone, weights=cfg.weights)
+        items = [ExtractItem(im.id, im.path, im.split) for im in ds.images]
+        store = extract_to_store(
+            items, path, model, crops=cfg.crops, dataset=ds.name, progress=progress
+        )
+    if cfg.features == "fne":
+        fne = store.meta.get("fne")
+        if fne is None:
+            store.fit_fne(cfg.train_split)
+        elif fne["fit_split"] != cfg.train_split:
+            raise StoreError(
+                f"{path}: FNE statistics were fitted on split {fne['fit_split']!r}, "
+                f"not {cfg.train_split!r}; rerun `vse features fne --fit-split {cfg.train_split}`"
+            )
+    return store
+
+
+def image_features(store: FeatureStore, kind: str, ids: list[str]) -> np.ndarray:
+    """``[len(ids), F]``: ``fne`` (int8), ``baseline`` (L2-normalised one-layer),
+    ``rmac`` or ``pooled`` (raw) rows for the given image ids."""
+    rows = store.rows_for(ids)
+    if kind == "fne":
+        return np.asarray(store.fne[rows])
+    if kind == "baseline":
+        return store.baseline()[rows]
+    if kind == "rmac":
+        return np.asarray(store.rmac[rows])
+    if kind == "pooled":
+        return np.asarray(store.pooled[rows])
+    raise ValueError(f"unknown feature kind {kind!r}; use fne | baseline | rmac | pooled")

@@ -1,0 +1,373 @@
+"""Training of joint embeddings (journal paper, section 4.3.1).
+
+Protocol: each epoch shows every training image once with one of its captions drawn at
+random (or, with ``captions: all``, every caption once); batches of 128 where every other
+pair is a negative; Adam; gradient-norm clipping at 2; evaluation on dev after each epoch;
+the best dev-rsum checkpoint is kept. The PH / POE curriculum trains with L_S until dev
+rsum stops improving, then continues the same run with L_M (optionally at another lr).
+
+A run that has not started learning (dev rsum below ``collapse_rsum`` after
+``collapse_epochs``, the criterion of the paper's section 6) is reported as collapsed, and
+by default restarted once with a sum-loss warm-up.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from ..data import Dataset, Vocabulary, load_dataset, tokenize
+from ..eval.model_eval import evaluate_model
+from ..features.store import StoreError
+from ..losses import create_loss
+from ..models.joint import JointEmbedding
+from . import checkpoint as ckpt
+from .config import ExperimentConfig
+from .features import ensure_store, image_features
+
+
+@dataclass
+class TrainData:
+    """Everything a training run reads, already aligned: row k of ``*_feats`` is image k."""
+
+    train_feats: torch.Tensor  # (N_train, F), int8 (FNE) or float32
+    train_texts: list[str]
+    train_c2i: np.ndarray  # (M_train,)
+    dev_feats: torch.Tensor
+    dev_texts: list[str]
+    dev_c2i: np.ndarray
+    vocab: Vocabulary
+    store_fingerprint: str = ""
+
+    @classmethod
+    def from_datasets(
+        cls,
+        train: Dataset,
+        dev: Dataset,
+        train_feats,
+        dev_feats,
+        vocab: Vocabulary | None = None,
+        min_count: int = 1,
+        fingerprint: str = "",
+    ) -> TrainData:
+        if vocab is None:
+            vocab = Vocabulary.build(
+                (tokenize(c.text) for c in train.captions), min_count=min_count
+            )
+        return cls(
+            torch.as_tensor(np.asarray(train_feats)),
+            train.texts,
+            train.caption_to_image,
+            torch.as_tensor(np.asarray(dev_feats)),
+            dev.texts,
+            dev.caption_to_image,
+            vocab,
+            fingerprint,
+        )
+
+
+def load_train_data(
+    cfg: ExperimentConfig, vocab: Vocabulary | None = None, progress: bool = True
+) -> TrainData:
+    ds = load_dataset(cfg.data.root, cfg.data.format)
+    train, dev = ds.split(cfg.data.train_split), ds.split(cfg.data.dev_split)
+    store = ensure_store(cfg.data, ds, progress=progress)
+    tf = image_features(store, cfg.data.features, [im.id for im in train.images])
+    df = image_features(store, cfg.data.features, [im.id for im in dev.images])
+    return TrainData.from_datasets(
+        train, dev, tf, df, vocab, cfg.data.vocab_min_count, store.fingerprint()
+    )
+
+
+def epoch_pairs(c2i: np.ndarray, n_images: int, mode: str, rng: np.random.Generator) -> np.ndarray:
+    """``[P, 2]`` (image, caption) pairs of one epoch, shuffled. ``one``: each image once
+    with a random caption of its own; ``all``: every caption once."""
+    if mode == "all":
+        pairs = np.stack([c2i, np.arange(len(c2i))], axis=1)
+    else:
+        order = np.argsort(c2i, kind="stable")
+        counts = np.bincount(c2i, minlength=n_images)
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        has = np.flatnonzero(counts)
+        pick = starts[has] + (rng.random(len(has)) * counts[has]).astype(np.int64)
+        pairs = np.stack([has, order[pick]], axis=1)
+    return pairs[rng.permutation(len(pairs))]
+
+
+class Trainer:
+    """Runs one experiment in ``run_dir``; ``fit()`` trains, resuming if asked."""
+
+    def __init__(
+        self, cfg: ExperimentConfig, data: TrainData, run_dir: str | Path, progress: bool = True
+    ) -> None:
+        self.cfg, self.data, self.run = cfg, data, Path(run_dir)
+        self.progress = progress
+        t = cfg.train
+        if t.threads:
+            torch.set_num_threads(t.threads)
+        self.device = torch.device(t.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+
+    # ------------------------------------------------------------ setup
+    def _new_model(self, seed: int) -> tuple[JointEmbedding, torch.optim.Optimizer]:
+        torch.manual_seed(seed)
+        model = JointEmbedding(self.data.train_feats.shape[1], self.data.vocab, self.cfg.model)
+        model.to(self.device)
+        opt = torch.optim.AdamW(
+            model.parameters(), lr=self.cfg.train.lr, weight_decay=self.cfg.train.weight_decay
+        )
+        return model, opt
+
+    def _loss(self, phase: str) -> torch.nn.Module:
+        m = self.cfg.model
+        name = {"sum": "sum_hinge", "max": "max_hinge"}.get(phase, self.cfg.loss.name)
+        return create_loss(name, margin=self.cfg.loss.margin, similarity=m.similarity, abs=m.abs)
+
+    def _initial_phase(self, curriculum: str) -> str:
+        if curriculum == "sum_then_max":
+            return "sum"
+        return {"sum_hinge": "sum", "max_hinge": "max"}.get(self.cfg.loss.name, "loss")
+
+    def _write_static(self) -> None:
+        self.run.mkdir(parents=True, exist_ok=True)
+        (self.run / "epochs").mkdir(exist_ok=True)
+        cfg = self.cfg.to_dict()
+        meta = {
+            "config": cfg,
+            "img_dim": int(self.data.train_feats.shape[1]),
+            "store_fingerprint": self.data.store_fingerprint,
+        }
+        ckpt.atomic_write_text(self.run / "config.json", json.dumps(meta, indent=2))
+        self.data.vocab.save(self.run / "vocab.json")
+
+    # ------------------------------------------------------------ loop
+    def fit(self, resume: bool = False) -> dict:
+        """Train; returns ``{"best_epoch", "best_metrics", "collapsed", "epochs_run", ...}``."""
+        t = self.cfg.train
+        if resume and (self.run / "last.json").is_file():
+            model, opt = self._new_model(t.seed)
+            state, rng = ckpt.load_training_state(ckpt.load_pointer(self.run, "last"), model, opt)
+            self._truncate_log(state["epoch"])
+        else:
+            if (self.run / "last.json").is_file():
+                raise FileExistsError(
+                    f"{self.run}: already holds a run; pass --resume to continue it, "
+                    "or choose another --run-dir"
+                )
+            self._write_static()
+            model, opt = self._new_model(t.seed)
+            rng = np.random.default_rng(t.seed)
+            state = {
+                "epoch": -1,
+                "phase": self._initial_phase(t.curriculum),
+                "curriculum": t.curriculum,
+                "best_rsum": -1.0,
+                "best_epoch": -1,
+                "bad_epochs": 0,
+                "restarts": 0,
+                "collapsed": False,
+                "seconds": 0.0,
+                "events": [],
+            }
+        t0 = time.perf_counter() - state["seconds"]
+        n_img = len(self.data.train_feats)
+        while state["epoch"] + 1 < t.epochs:
+            epoch = state["epoch"] + 1
+            self._set_lr(opt, state, epoch)
+            loss_fn = self._loss(state["phase"])
+            pairs = epoch_pairs(self.data.train_c2i, n_img, t.captions, rng)
+            mean_loss = self._train_epoch(model, opt, loss_fn, pairs, epoch)
+            metrics = evaluate_model(
+                model,
+                self.data.dev_feats,
+                self.data.dev_texts,
+                self.data.dev_c2i,
+                batch=t.eval_batch,
+            )
+            state["seconds"] = time.perf_counter() - t0
+            improved = metrics["rsum"] > state["best_rsum"]
+            if improved:
+                state.update(best_rsum=metrics["rsum"], best_epoch=epoch, bad_epochs=0)
+            else:
+                state["bad_epochs"] += 1
+            state.update(epoch=epoch, metrics=metrics)
+            self._log(
+                {
+                    "epoch": epoch,
+                    "phase": state["phase"],
+                    "loss": mean_loss,
+                    "lr": opt.param_groups[0]["lr"],
+                    "seconds": round(state["seconds"], 1),
+                    **metrics,
+                }
+            )
+            # curriculum: L_S until dev rsum stops improving, then L_M
+            if (
+                state["curriculum"] == "sum_then_max"
+                and state["phase"] == "sum"
+                and state["bad_epochs"] >= t.curriculum_patience
+            ):
+                state.update(phase="max", bad_epochs=0)
+                state["events"].append({"epoch": epoch, "event": "switch to max_hinge"})
+            collapsed = epoch + 1 == t.collapse_epochs and state["best_rsum"] < t.collapse_rsum
+            ckpt.save_epoch(self.run, epoch, model, opt, rng, state, best=improved)
+            if collapsed:
+                state["events"].append(
+                    {"epoch": epoch, "event": "collapsed", "best_rsum": state["best_rsum"]}
+                )
+                if t.collapse_restart and state["restarts"] == 0:
+                    model, opt, rng = self._restart(state)
+                    continue
+                state["collapsed"] = True
+                ckpt.save_epoch(self.run, epoch, model, opt, rng, state, best=False)
+                break
+            if t.patience and state["bad_epochs"] >= t.patience and state["phase"] != "sum":
+                state["events"].append({"epoch": epoch, "event": "early stop"})
+                break
+            if t.max_minutes and state["seconds"] > 60 * t.max_minutes:
+                state["events"].append({"epoch": epoch, "event": "time budget reached"})
+                break
+        ckpt.save_epoch(self.run, state["epoch"], model, opt, rng, state, best=False)
+        self._plot()
+        best = (
+            json.loads((self.run / "best.json").read_text())
+            if (self.run / "best.json").is_file()
+            else {}
+        )
+        return {
+            "best_epoch": best.get("epoch"),
+            "best_metrics": best.get("metrics", {}),
+            "collapsed": state["collapsed"],
+            "epochs_run": state["epoch"] + 1,
+            "seconds": round(state["seconds"], 1),
+            "events": state["events"],
+        }
+
+    def _restart(self, state: dict):
+        """After a collapse: fresh weights (new seed) and a sum-loss warm-up curriculum."""
+        state["restarts"] += 1
+        model, opt = self._new_model(self.cfg.train.seed + state["restarts"])
+        rng = np.random.default_rng(self.cfg.train.seed + state["restarts"])
+        state.update(
+            curriculum="sum_then_max",
+            phase="sum",
+            bad_epochs=0,
+            best_rsum=-1.0,
+            best_epoch=-1,
+            epoch=-1,
+        )
+        state["events"].append({"event": "restart with sum-loss warm-up"})
+        return model, opt, rng
+
+    def _set_lr(self, opt: torch.optim.Optimizer, state: dict, epoch: int) -> None:
+        t = self.cfg.train
+        lr = t.lr_max_phase if (state["phase"] == "max" and t.lr_max_phase) else t.lr
+        if t.lr_decay_epochs:
+            lr *= t.lr_decay ** (epoch // t.lr_decay_epochs)
+        for g in opt.param_groups:
+            g["lr"] = lr
+
+    def _train_epoch(self, model, opt, loss_fn, pairs: np.ndarray, epoch: int) -> float:
+        model.train()
+        t, total, n = self.cfg.train, 0.0, 0
+        feats, texts = self.data.train_feats, self.data.train_texts
+        bs = t.batch_size
+        starts = range(0, len(pairs), bs)
+        bar = tqdm(
+            starts,
+            desc=f"epoch {epoch}",
+            unit="batch",
+            disable=not self.progress,
+            dynamic_ncols=True,
+            leave=False,
+        )
+        for a in bar:
+            b = pairs[a : a + bs]
+            if len(b) < 2:
+                continue  # a lone pair has no negatives
+            img = model.encode_images(feats[torch.from_numpy(b[:, 0])])
+            txt = model.encode_texts([texts[j] for j in b[:, 1]])
+            loss = loss_fn(img, txt)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if t.grad_clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+            opt.step()
+            total += float(loss.detach()) * len(b)
+            n += len(b)
+            bar.set_postfix(loss=f"{float(loss.detach()):.3f}")
+        return total / max(n, 1)
+
+    # ------------------------------------------------------------ logs
+    def _log(self, row: dict) -> None:
+        with open(self.run / "metrics.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+        if self.progress:
+            print(
+                f"epoch {row['epoch']:>3} [{row['phase']}] loss {row['loss']:.4f}  "
+                f"dev rsum {row['rsum']:.1f}  (i2t R@1 {row['i2t_r1']:.1f}, "
+                f"t2i R@1 {row['t2i_r1']:.1f})  {row['seconds']:.0f}s",
+                flush=True,
+            )
+
+    def _truncate_log(self, last_epoch: int) -> None:
+        f = self.run / "metrics.jsonl"
+        if f.is_file():
+            rows = [r for r in f.read_text().splitlines() if json.loads(r)["epoch"] <= last_epoch]
+            ckpt.atomic_write_text(f, "".join(r + "\n" for r in rows))
+
+    def _plot(self) -> None:
+        f = self.run / "metrics.jsonl"
+        if not f.is_file():
+            return
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        rows = [json.loads(r) for r in f.read_text().splitlines()]
+        ep = [r["epoch"] for r in rows]
+        fig, ax = plt.subplots(1, 2, figsize=(9, 3.2))
+        ax[0].plot(ep, [r["rsum"] for r in rows], marker="o")
+        ax[0].set(xlabel="epoch", ylabel="dev rsum", title=self.cfg.name)
+        ax[1].plot(ep, [r["loss"] for r in rows], marker="o", color="C1")
+        ax[1].set(xlabel="epoch", ylabel="train loss")
+        fig.tight_layout()
+        tmp = self.run / ".curves.png"
+        fig.savefig(tmp, dpi=100, format="png")
+        plt.close(fig)
+        tmp.replace(self.run / "curves.png")
+
+
+def train(
+    cfg: ExperimentConfig, run_dir: str | Path, resume: bool = False, progress: bool = True
+) -> dict:
+    """Load data (extracting features if the store is missing) and train."""
+    run = Path(run_dir)
+    vocab = (
+        Vocabulary.load(run / "vocab.json") if resume and (run / "vocab.json").is_file() else None
+    )
+    data = load_train_data(cfg, vocab, progress)
+    if resume and (run / "config.json").is_file():
+        saved = json.loads((run / "config.json").read_text())
+        if saved.get("store_fingerprint") != data.store_fingerprint:
+            raise StoreError(f"{run}: was trained on other features than {cfg.data.store}")
+    return Trainer(cfg, data, run, progress).fit(resume=resume)
+
+
+def load_run(run_dir: str | Path, which: str = "best") -> tuple[JointEmbedding, dict]:
+    """A trained model (best or last checkpoint) and its saved config JSON."""
+    from .config import from_dict
+
+    run = Path(run_dir)
+    meta = json.loads((run / "config.json").read_text())
+    cfg = from_dict(ExperimentConfig, meta["config"])
+    vocab = Vocabulary.load(run / "vocab.json")
+    model = JointEmbedding(meta["img_dim"], vocab, cfg.model)
+    ckpt.load_model_weights(model, ckpt.load_pointer(run, which))
+    return model.eval(), meta

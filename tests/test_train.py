@@ -1,0 +1,183 @@
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from vsekit.data.dataset import Caption, Dataset, ImageRecord
+from vsekit.models.joint import JointConfig
+from vsekit.text.encoders import TextEncoderConfig
+from vsekit.train.config import (
+    ConfigError,
+    DataConfig,
+    ExperimentConfig,
+    LossConfig,
+    TrainConfig,
+    load_config,
+)
+from vsekit.train.trainer import TrainData, Trainer, epoch_pairs, load_run
+
+FILLER = ["a", "photo", "of", "the", "some", "nice", "picture", "with"]
+
+
+def planted(n: int, split: str, seed: int) -> Dataset:
+    """Images with random features; each image's captions contain its own word."""
+    rng = np.random.default_rng(seed)
+    images = [ImageRecord(f"{split}{k}", None, split) for k in range(n)]
+    caps = []
+    for k in range(n):
+        for _ in range(3):
+            words = list(rng.choice(FILLER, 3)) + [f"w{k}"]
+            rng.shuffle(words)
+            caps.append(Caption(" ".join(words), k))
+    return Dataset(images, caps, split)
+
+
+def make_data() -> TrainData:
+    train = planted(40, "train", 0)
+    rng = np.random.default_rng(99)
+    feats = rng.normal(size=(40, 24)).astype(np.float32)
+    # dev = the same planted words on the same images (a memorisation task, seconds to learn)
+    dev = Dataset(
+        [ImageRecord(f"dev{k}", None, "dev") for k in range(40)],
+        [Caption(f"the w{k}", k) for k in range(40)],
+        "dev",
+    )
+    return TrainData.from_datasets(train, dev, feats, feats)
+
+
+def small_cfg(**train_kw) -> ExperimentConfig:
+    t = dict(
+        epochs=30, batch_size=16, lr=3e-3, captions="all", seed=0, collapse_epochs=0, threads=1
+    )
+    t.update(train_kw)
+    return ExperimentConfig(
+        name="planted",
+        data=DataConfig(),
+        model=JointConfig(text=TextEncoderConfig(kind="gru", word_dim=16, embed_dim=32)),
+        loss=LossConfig(name="sum_hinge", margin=0.2),
+        train=TrainConfig(**t),
+    )
+
+
+def test_planted_words_train_to_near_perfect_recall(tmp_path):
+    res = Trainer(small_cfg(), make_data(), tmp_path / "run", progress=False).fit()
+    m = res["best_metrics"]
+    assert m["t2i_r1"] >= 90 and m["i2t_r1"] >= 90, m
+    rows = [json.loads(r) for r in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 30 and rows[-1]["loss"] < rows[0]["loss"]
+    assert (tmp_path / "run" / "curves.png").stat().st_size > 1000
+    model, meta = load_run(tmp_path / "run")
+    assert model.embed_dim == 32 and meta["img_dim"] == 24
+
+
+def test_resumed_run_equals_uninterrupted(tmp_path):
+    data = make_data()
+    Trainer(small_cfg(epochs=3), data, tmp_path / "full", progress=False).fit()
+    Trainer(small_cfg(epochs=2), data, tmp_path / "part", progress=False).fit()
+    # "kill" after epoch 2, then continue the same run to 3 epochs
+    Trainer(small_cfg(epochs=3), data, tmp_path / "part", progress=False).fit(resume=True)
+    a = load_file(
+        str(
+            tmp_path
+            / "full"
+            / json.loads((tmp_path / "full" / "last.json").read_text())["path"]
+            / "model.safetensors"
+        )
+    )
+    b = load_file(
+        str(
+            tmp_path
+            / "part"
+            / json.loads((tmp_path / "part" / "last.json").read_text())["path"]
+            / "model.safetensors"
+        )
+    )
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0)
+    with pytest.raises(FileExistsError, match="--resume"):
+        Trainer(small_cfg(epochs=3), data, tmp_path / "part", progress=False).fit()
+
+
+def test_collapse_detector_fires_on_a_run_that_cannot_learn(tmp_path):
+    data = make_data()
+    cfg = small_cfg(
+        epochs=4, lr=0.0, collapse_epochs=2, collapse_rsum=200.0, collapse_restart=False
+    )
+    res = Trainer(cfg, data, tmp_path / "r", progress=False).fit()
+    assert res["collapsed"] and res["epochs_run"] == 2
+    assert any(e["event"] == "collapsed" for e in res["events"])
+    cfg = small_cfg(epochs=3, lr=0.0, collapse_epochs=1, collapse_rsum=200.0)
+    res = Trainer(cfg, data, tmp_path / "r2", progress=False).fit()
+    assert any(e["event"].startswith("restart") for e in res["events"])
+
+
+def test_curriculum_switches_from_sum_to_max(tmp_path):
+    cfg = small_cfg(epochs=6, curriculum="sum_then_max", curriculum_patience=1, lr=0.0)
+    res = Trainer(cfg, make_data(), tmp_path / "r", progress=False).fit()
+    rows = [json.loads(r) for r in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["phase"] == "sum" and rows[-1]["phase"] == "max"
+    assert any("switch" in e["event"] for e in res["events"])
+
+
+def test_epoch_pairs_one_caption_per_image():
+    c2i = np.array([0, 0, 1, 2, 2, 2])
+    rng = np.random.default_rng(0)
+    pairs = epoch_pairs(c2i, 3, "one", rng)
+    assert sorted(pairs[:, 0]) == [0, 1, 2]
+    assert all(c2i[c] == i for i, c in pairs)
+    assert len(epoch_pairs(c2i, 3, "all", rng)) == 6
+
+
+def test_config_errors_name_the_field(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("train:\n  lr: fast\n")
+    with pytest.raises(ConfigError, match="train.lr: expected float"):
+        load_config(p)
+    p.write_text("model:\n  text:\n    kind: gru\n    colour: red\n")
+    with pytest.raises(ConfigError, match=r"model.text: unknown field\(s\) \['colour'\]"):
+        load_config(p)
+    p.write_text("train:\n  lr: 2e-4\n  captions: some\n")
+    with pytest.raises(ConfigError, match="train.captions must be"):
+        load_config(p)
+    p.write_text("train:\n  lr: 2e-4\n")
+    assert load_config(p).train.lr == 2e-4
+
+
+def test_train_and_eval_cli_from_a_raw_folder(tmp_path, capsys):
+    """One command from images + captions to a trained run, extracting the features."""
+    from tests.conftest import write_image
+    from vsekit.cli import main
+
+    root = tmp_path / "f8k"
+    lines, train_names, dev_names = [], [], []
+    for k in range(12):
+        name = f"img{k}.jpg"
+        write_image(root / "images" / name, seed=k)
+        (train_names if k < 8 else dev_names).append(name)
+        lines += [f"{name}#{j}\tA picture number w{k} , take {j} ." for j in range(2)]
+    (root / "Flickr8k.token.txt").write_text("\n".join(lines) + "\n")
+    (root / "Flickr_8k.trainImages.txt").write_text("\n".join(train_names) + "\n")
+    (root / "Flickr_8k.devImages.txt").write_text("\n".join(dev_names) + "\n")
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(f"""
+name: tiny
+data: {{root: {root}, store: {tmp_path / "store"}, backbone: tiny-test, crops: 1, weights: random,
+        features: fne}}
+model: {{text: {{kind: gru, word_dim: 8, embed_dim: 16}}}}
+loss: {{name: max_hinge, margin: 0.2}}
+train: {{epochs: 2, batch_size: 4, lr: 0.001, collapse_epochs: 0}}
+""")
+    run = tmp_path / "run"
+    assert main(["train", str(cfg), "--run-dir", str(run)]) == 0
+    assert (tmp_path / "store" / "fne.i8").is_file()  # extracted and discretised on the way
+    assert json.loads((tmp_path / "store" / "meta.json").read_text())["fne"]["n_fit"] == 8
+    capsys.readouterr()
+    assert main(["eval", str(run), "--split", "dev", "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)
+    assert set(m) >= {"i2t_r1", "t2i_meanr", "rsum"} and 0 <= m["rsum"] <= 600
+    assert main(["eval", str(run), "--split", "dev"]) == 0
+    assert "annotation" in capsys.readouterr().out

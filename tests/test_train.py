@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -181,3 +182,11 @@ train: {{epochs: 2, batch_size: 4, lr: 0.001, collapse_epochs: 0}}
     assert set(m) >= {"i2t_r1", "t2i_meanr", "rsum"} and 0 <= m["rsum"] <= 600
     assert main(["eval", str(run), "--split", "dev"]) == 0
     assert "annotation" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "path", sorted((Path(__file__).parents[1] / "configs").glob("*.yaml")), ids=lambda p: p.stem
+)
+def test_shipped_configs_load(path):
+    cfg = load_config(path)
+    assert cfg.name == path.stem

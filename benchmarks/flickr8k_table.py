@@ -1,0 +1,121 @@
+"""FC7 (one-layer) vs FNE under the six pipelines of the journal paper, on Flickr8k dev.
+
+Each configs/flickr8k-{fc7,fne}-{sh,mh,soe,moe,ph,poe}.yaml is trained under the same
+wall-clock budget on this machine (``--minutes``; the best dev-rsum epoch is kept), then
+written beside the paper's Flickr8k *test* figures (its Table 2, VGG16, 200-400 epochs on
+a GPU). Results already in the JSON are kept, so the script can be run in parts
+(``--only fne-mh,fc7-mh``).
+
+Run: python benchmarks/flickr8k_table.py --minutes 10
+Writes benchmarks/flickr8k.json and benchmarks/flickr8k.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import record  # noqa: E402
+
+from vsekit.train import load_config, train  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PIPELINES = ("sh", "mh", "soe", "moe", "ph", "poe")
+# Journal paper, Table 2 (Flickr8k test split): R@1, R@5, R@10, Med r for annotation, then
+# retrieval. Quoted from ../shared/seeds/fne-multimodal-pipelines-journal.txt.
+PAPER = {
+    "fc7-sh": (22.4, 49.8, 62.9, 6, 16.6, 41.2, 54.3, 8),
+    "fne-sh": (25.0, 50.8, 64.3, 5, 18.6, 44.9, 58.0, 7),
+    "fc7-mh": (23.0, 49.0, 63.3, 6, 18.5, 43.2, 56.1, 8),
+    "fne-mh": (27.3, 56.8, 69.3, 4, 21.2, 47.1, 59.7, 6),
+    "fc7-soe": (21.2, 48.1, 61.7, 6, 17.8, 43.6, 56.5, 8),
+    "fne-soe": (24.0, 52.4, 63.9, 5, 18.7, 44.2, 57.7, 7),
+    "fc7-moe": (21.5, 46.1, 60.0, 7, 15.6, 39.0, 51.9, 9),
+    "fne-moe": (25.5, 55.5, 67.8, 4, 18.7, 44.4, 58.4, 7),
+    "fc7-ph": (22.9, 48.8, 62.5, 6, 17.1, 41.7, 54.6, 8),
+    "fne-ph": (26.3, 55.7, 68.5, 4, 20.5, 45.8, 58.1, 7),
+    "fc7-poe": (21.0, 48.3, 62.0, 6, 16.9, 41.7, 55.3, 8),
+    "fne-poe": (26.2, 53.6, 65.8, 5, 19.7, 45.6, 58.4, 7),
+}
+
+
+def paper_rsum(row: tuple) -> float:
+    return round(sum(row[:3]) + sum(row[4:7]), 1)
+
+
+def markdown(results: dict, minutes: float) -> str:
+    head = (
+        "| model | ours (dev): R@1 / R@5 / R@10 / Med r, annotation | retrieval | rsum "
+        "| epochs | paper (test): annotation | retrieval | rsum |\n"
+        "|---|---|---|---|---|---|---|---|"
+    )
+    lines = [head]
+    for feat in ("fc7", "fne"):
+        for p in PIPELINES:
+            key = f"{feat}-{p}"
+            pr = PAPER[key]
+            paper = (
+                f"{pr[0]} / {pr[1]} / {pr[2]} / {pr[3]} | {pr[4]} / {pr[5]} / {pr[6]} / "
+                f"{pr[7]} | {paper_rsum(pr)}"
+            )
+            r = results.get(key)
+            if r is None:
+                ours = "not run | | |"
+            else:
+                m = r["best_metrics"]
+                flag = " (collapsed)" if r["collapsed"] else ""
+                ours = (
+                    f"{m['i2t_r1']:.1f} / {m['i2t_r5']:.1f} / {m['i2t_r10']:.1f} / "
+                    f"{m['i2t_medr']:.0f} | {m['t2i_r1']:.1f} / {m['t2i_r5']:.1f} / "
+                    f"{m['t2i_r10']:.1f} / {m['t2i_medr']:.0f} | {m['rsum']:.1f}{flag} | "
+                    f"{r['epochs_run']}"
+                )
+            lines.append(f"| {key.upper()} | {ours} | {paper} |")
+    return "\n".join(lines) + f"\n\nBudget: {minutes} minutes of training per row.\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--only", help="comma-separated keys, e.g. fne-mh,fc7-mh")
+    ap.add_argument("--runs", default=str(Path.home() / ".cache/vsekit/runs/flickr8k-table"))
+    args = ap.parse_args()
+    out_json = Path(__file__).with_name("flickr8k.json")
+    results = json.loads(out_json.read_text()).get("results", {}) if out_json.is_file() else {}
+    keys = (
+        args.only.split(",")
+        if args.only
+        else [f"{f}-{p}" for f in ("fc7", "fne") for p in PIPELINES]
+    )
+    for key in keys:
+        if key in results and not args.only:
+            continue
+        cfg = load_config(ROOT / "configs" / f"flickr8k-{key}.yaml")
+        cfg.data.root = str(ROOT.parent / "shared" / "data" / "flickr8k")
+        cfg.train.max_minutes = args.minutes
+        run = Path(args.runs) / key
+        if run.exists():
+            import shutil
+
+            shutil.rmtree(run)
+        res = train(cfg, run, progress=False)
+        results[key] = {
+            k: res[k] for k in ("best_epoch", "best_metrics", "collapsed", "epochs_run", "seconds")
+        }
+        record(
+            out_json,
+            {
+                "benchmark": "Flickr8k dev, FC7 (one-layer) vs FNE, ResNet-50",
+                "minutes_per_run": args.minutes,
+                "results": results,
+            },
+        )
+        print(key, round(res["best_metrics"].get("rsum", float("nan")), 1), flush=True)
+    Path(__file__).with_name("flickr8k.md").write_text(markdown(results, args.minutes))
+
+
+if __name__ == "__main__":
+    main()

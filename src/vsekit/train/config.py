@@ -51,6 +51,7 @@ class TrainConfig:
     lr_decay: float = 0.1
     curriculum: str = "none"  # none | sum_then_max (PH / POE)
     curriculum_patience: int = 1  # epochs without dev improvement before switching to L_M
+    curriculum_sum_epochs: int | None = None  # switch after at most this many L_S epochs
     lr_max_phase: float | None = None  # lr of the L_M phase (None: keep lr)
     collapse_epochs: int = 5  # a run with dev rsum < collapse_rsum after this many epochs ...
     collapse_rsum: float = 10.0  # ... has not started learning (journal paper, section 6)

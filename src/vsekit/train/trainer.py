@@ -207,11 +207,10 @@ class Trainer:
                 }
             )
             # curriculum: L_S until dev rsum stops improving, then L_M
-            if (
-                state["curriculum"] == "sum_then_max"
-                and state["phase"] == "sum"
-                and state["bad_epochs"] >= t.curriculum_patience
-            ):
+            sum_done = state["bad_epochs"] >= t.curriculum_patience or (
+                t.curriculum_sum_epochs is not None and epoch + 1 >= t.curriculum_sum_epochs
+            )
+            if state["curriculum"] == "sum_then_max" and state["phase"] == "sum" and sum_done:
                 state.update(phase="max", bad_epochs=0)
                 state["events"].append({"epoch": epoch, "event": "switch to max_hinge"})
             collapsed = epoch + 1 == t.collapse_epochs and state["best_rsum"] < t.collapse_rsum

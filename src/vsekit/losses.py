@@ -16,27 +16,16 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .registry import Registry
 from .similarity import create_similarity
 
-_LOSSES: dict[str, type[nn.Module]] = {}
-
-
-def register_loss(name: str):
-    def deco(cls):
-        _LOSSES[name] = cls
-        return cls
-
-    return deco
-
-
-def list_losses() -> list[str]:
-    return sorted(_LOSSES)
+LOSSES: Registry[type[nn.Module]] = Registry("loss")
+register_loss = LOSSES.register
+list_losses = LOSSES.names
 
 
 def create_loss(name: str, **kwargs) -> nn.Module:
-    if name not in _LOSSES:
-        raise ValueError(f"unknown loss {name!r}; known: {', '.join(list_losses())}")
-    return _LOSSES[name](**kwargs)
+    return LOSSES.get(name)(**kwargs)
 
 
 class ContrastiveHinge(nn.Module):

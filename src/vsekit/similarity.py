@@ -16,27 +16,17 @@ from collections.abc import Callable
 
 import torch
 
+from .registry import Registry
+
 Similarity = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-_SIMILARITIES: dict[str, Callable[..., Similarity]] = {}
+SIMILARITIES: Registry[Callable[..., Similarity]] = Registry("similarity")
+register_similarity = SIMILARITIES.register
+list_similarities = SIMILARITIES.names
 _ORDER_CHUNK = 1 << 24  # elements of the [n, m, D] difference tensor held at once
 
 
-def register_similarity(name: str):
-    def deco(fn):
-        _SIMILARITIES[name] = fn
-        return fn
-
-    return deco
-
-
-def list_similarities() -> list[str]:
-    return sorted(_SIMILARITIES)
-
-
 def create_similarity(name: str, **kwargs) -> Similarity:
-    if name not in _SIMILARITIES:
-        raise ValueError(f"unknown similarity {name!r}; known: {', '.join(list_similarities())}")
-    return _SIMILARITIES[name](**kwargs)
+    return SIMILARITIES.get(name)(**kwargs)
 
 
 def cosine_similarity(img: torch.Tensor, txt: torch.Tensor) -> torch.Tensor:

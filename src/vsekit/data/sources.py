@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from ..registry import Registry
 from ._io import read_json
 from .coco import find_coco, load_coco
 from .dataset import Dataset, DatasetError
@@ -18,19 +19,9 @@ from .karpathy import load_karpathy
 from .precomp import load_precomp, precomp_splits
 
 Loader = Callable[..., Dataset]
-_SOURCES: dict[str, Loader] = {}
-
-
-def register_source(name: str) -> Callable[[Loader], Loader]:
-    def deco(fn: Loader) -> Loader:
-        _SOURCES[name] = fn
-        return fn
-
-    return deco
-
-
-def list_sources() -> list[str]:
-    return list(_SOURCES)
+SOURCES: Registry[Loader] = Registry("dataset format")
+register_source = SOURCES.register
+list_sources = SOURCES.names
 
 
 @register_source("flickr8k")
@@ -109,6 +100,6 @@ def load_dataset(path: str | Path, format: str | None = None, **kwargs) -> Datas
     """
     path = Path(path)
     fmt = format or detect_format(path)
-    if fmt not in _SOURCES:
-        raise DatasetError(f"unknown dataset format {fmt!r}; known: {', '.join(_SOURCES)}")
-    return _SOURCES[fmt](path, **kwargs)
+    if fmt not in SOURCES:
+        raise DatasetError(f"unknown dataset format {fmt!r}; known: {', '.join(list_sources())}")
+    return SOURCES.get(fmt)(path, **kwargs)

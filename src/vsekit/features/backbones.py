@@ -26,6 +26,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..registry import Registry
+
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
@@ -116,19 +118,9 @@ class Backbone(nn.Module):
 
 
 BackboneFactory = Callable[[], Backbone]
-_BACKBONES: dict[str, BackboneFactory] = {}
-
-
-def register_backbone(name: str) -> Callable[[BackboneFactory], BackboneFactory]:
-    def deco(fn: BackboneFactory) -> BackboneFactory:
-        _BACKBONES[name] = fn
-        return fn
-
-    return deco
-
-
-def list_backbones() -> list[str]:
-    return sorted(_BACKBONES)
+BACKBONES: Registry[BackboneFactory] = Registry("backbone")
+register_backbone = BACKBONES.register
+list_backbones = BACKBONES.names
 
 
 def create_backbone(name: str, weights: str | None = "auto") -> Backbone:
@@ -140,9 +132,7 @@ def create_backbone(name: str, weights: str | None = "auto") -> Backbone:
             saying what to install), ``"random"`` (no pretrained weights, for tests and
             shapes), or a local weights file (safetensors or a PyTorch state dict).
     """
-    if name not in _BACKBONES:
-        raise ValueError(f"unknown backbone {name!r}; known: {', '.join(list_backbones())}")
-    model = _BACKBONES[name]()
+    model = BACKBONES.get(name)()
     model.name = name
     if weights != "random":
         from .weights import load_backbone_weights

@@ -22,6 +22,7 @@ from torch.nn.utils.rnn import pack_padded_sequence
 
 from ..data.tokenizer import tokenize
 from ..data.vocab import Vocabulary
+from ..registry import Registry
 
 
 @dataclass
@@ -35,27 +36,13 @@ class TextEncoderConfig:
     dropout: float = 0.0  # dropout on word embeddings
 
 
-_ENCODERS: dict[str, type[nn.Module]] = {}
-
-
-def register_text_encoder(name: str):
-    def deco(cls):
-        _ENCODERS[name] = cls
-        return cls
-
-    return deco
-
-
-def list_text_encoders() -> list[str]:
-    return sorted(_ENCODERS)
+TEXT_ENCODERS: Registry[type[nn.Module]] = Registry("text encoder")
+register_text_encoder = TEXT_ENCODERS.register
+list_text_encoders = TEXT_ENCODERS.names
 
 
 def create_text_encoder(vocab: Vocabulary, cfg: TextEncoderConfig) -> nn.Module:
-    if cfg.kind not in _ENCODERS:
-        raise ValueError(
-            f"unknown text encoder {cfg.kind!r}; known: {', '.join(list_text_encoders())}"
-        )
-    return _ENCODERS[cfg.kind](vocab, cfg)
+    return TEXT_ENCODERS.get(cfg.kind)(vocab, cfg)
 
 
 class RecurrentEncoder(nn.Module):

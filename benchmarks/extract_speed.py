@@ -28,7 +28,12 @@ from _common import record  # noqa: E402
 from vsekit.data import load_dataset  # noqa: E402
 from vsekit.features import create_backbone  # noqa: E402
 from vsekit.features.crops import crop_views, resize_size  # noqa: E402
-from vsekit.features.extract import ExtractItem, extract_to_store, prepare_model  # noqa: E402
+from vsekit.features.extract import (  # noqa: E402
+    FORWARD_CHUNK,
+    ExtractItem,
+    extract_to_store,
+    prepare_model,
+)
 from vsekit.images import load_image  # noqa: E402
 
 FLICKR8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k"
@@ -45,12 +50,13 @@ def time_vsekit(items, model, batch: int) -> float:
 
 @torch.inference_mode()
 def time_bare(items, model, batch: int) -> float:
-    """Plain torchvision forward over pre-decoded crops: the floor for any extractor."""
+    """Plain torchvision forward over pre-decoded crops, in the same micro-batches of
+    FORWARD_CHUNK crops (the fastest size here): the floor for any extractor."""
     net = model.net.eval().to(memory_format=torch.channels_last)
-    views = [crop_views(load_image(i.path), 10, 224) for i in items]
+    views = torch.cat([crop_views(load_image(i.path), 10, 224) for i in items])
     t0 = time.perf_counter()
-    for a in range(0, len(views), batch):
-        x = torch.cat(views[a : a + batch]).contiguous(memory_format=torch.channels_last)
+    for a in range(0, len(views), FORWARD_CHUNK):
+        x = views[a : a + FORWARD_CHUNK].contiguous(memory_format=torch.channels_last)
         net(model.normalize(x))
     return time.perf_counter() - t0
 
@@ -93,7 +99,7 @@ def main() -> None:
     ds = load_dataset(FLICKR8K).split("dev")
     items = [ExtractItem(im.id, im.path, "all") for im in ds.images[: args.images]]
     model = prepare_model(create_backbone(args.backbone), "cpu")
-    time_bare(items[: args.batch], model, args.batch)  # warm-up
+    time_bare(items[:2], model, args.batch)  # warm-up
 
     t_bare = time_bare(items, model, args.batch)
     t_vse = time_vsekit(items, model, args.batch)

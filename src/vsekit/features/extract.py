@@ -60,21 +60,42 @@ def _collate(batch):
     return batch  # list of (index, views | None, error | None)
 
 
+#: Crops per forward call. Small micro-batches are faster per crop on CPU (they stay in
+#: cache): measured on a 2-core EPYC with ResNet-50, 8 crops take 0.062 s/crop, 80 crops
+#: 0.080 s/crop (channels-last both).
+FORWARD_CHUNK = 8
+
+
 @torch.inference_mode()
 def pooled_features(
-    model: Backbone, views: torch.Tensor, n_crops: int, with_rmac: bool = False
+    model: Backbone,
+    views: torch.Tensor,
+    n_crops: int,
+    with_rmac: bool = False,
+    chunk: int = FORWARD_CHUNK,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``views``: ``[B * n_crops, 3, S, S]`` uint8 -> ``([B, fne_dim], [B, C] | None)``,
-    averaged over each image's crops (R-MAC re-normalised after averaging)."""
+    averaged over each image's crops (R-MAC re-normalised after averaging). The backbone
+    sees ``chunk`` views at a time."""
     device = model.mean.device
-    views = views.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last)
-    pooled, last = model.forward_pooled(views, keep_last_map=with_rmac)
+    if device.type != "cpu":
+        chunk = len(views)  # accelerators prefer one large batch
+    pooled_parts, rmac_parts = [], []
+    for a in range(0, len(views), chunk):
+        v = views[a : a + chunk].to(device, non_blocking=True)
+        pooled, last = model.forward_pooled(
+            v.contiguous(memory_format=torch.channels_last), keep_last_map=with_rmac
+        )
+        pooled_parts.append(pooled.float().cpu())
+        if with_rmac:
+            rmac_parts.append(rmac(last).float().cpu())
+    pooled = torch.cat(pooled_parts)
     pooled = pooled.view(-1, n_crops, pooled.shape[1]).mean(dim=1)
     r = None
     if with_rmac:
-        r = rmac(last).view(-1, n_crops, last.shape[1]).mean(dim=1)
-        r = torch.nn.functional.normalize(r, dim=1)
-    return pooled.float().cpu(), (r.float().cpu() if r is not None else None)
+        r = torch.cat(rmac_parts)
+        r = torch.nn.functional.normalize(r.view(-1, n_crops, r.shape[1]).mean(dim=1), dim=1)
+    return pooled, r
 
 
 def prepare_model(model: Backbone, device: str | torch.device | None = None) -> Backbone:

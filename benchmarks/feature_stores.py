@@ -1,0 +1,50 @@
+"""Record what the Flickr8k FeatureStores in the cache cost to extract on this machine.
+
+The stores themselves are produced by the CLI (see the README), e.g.
+    vse features extract --root ../shared/data/flickr8k --backbone resnet50 --crops 10 \\
+        --out ~/.cache/vsekit/stores/flickr8k-resnet50-c10
+This script reads each finished store's meta.json (rows, crops, extraction seconds, as
+timed by the extraction itself, resumes included) and writes benchmarks/feature_stores.json.
+
+Run: python benchmarks/feature_stores.py [STORE ...]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import record  # noqa: E402
+
+from vsekit.features.store import FeatureStore, StoreError  # noqa: E402
+
+CACHE = Path.home() / ".cache" / "vsekit" / "stores"
+
+
+def main() -> None:
+    paths = [Path(p) for p in sys.argv[1:]] or sorted(CACHE.glob("flickr8k-*"))
+    stores = {}
+    for p in paths:
+        try:
+            d = FeatureStore(p).describe()
+        except StoreError as e:
+            print(f"skipping {p}: {e}", file=sys.stderr)
+            continue
+        secs = d["extract_seconds"]
+        stores[p.name] = {
+            "backbone": d["backbone"],
+            "crops": d["crops"],
+            "rows": d["rows"],
+            "splits": d["splits"],
+            "fne_dim": d["fne_dim"],
+            "extract_seconds": secs,
+            "images_per_s": round(d["rows"] / secs, 2) if secs else None,
+        }
+    out = record(Path(__file__).with_suffix(".json"), {"stores": stores})
+    for name, s in out["stores"].items():
+        print(name, s)
+
+
+if __name__ == "__main__":
+    main()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -109,13 +110,14 @@ def main() -> None:
             cfg.train.threads = args.threads
         run = Path(args.runs) / key
         if run.exists():
-            import shutil
-
             shutil.rmtree(run)
         res = train(cfg, run, progress=False)
+        # re-read before writing: two lanes (--only ...) may share the JSON
+        results = json.loads(out_json.read_text())["results"] if out_json.is_file() else {}
         results[key] = {
             k: res[k] for k in ("best_epoch", "best_metrics", "collapsed", "epochs_run", "seconds")
         }
+        results[key].update(store=cfg.data.store, threads=cfg.train.threads)
         record(
             out_json,
             {
@@ -125,6 +127,7 @@ def main() -> None:
             },
         )
         print(key, round(res["best_metrics"].get("rsum", float("nan")), 1), flush=True)
+    results = json.loads(out_json.read_text())["results"] if out_json.is_file() else results
     Path(__file__).with_name("flickr8k.md").write_text(markdown(results, args.minutes))
 
 

@@ -59,10 +59,16 @@ def ternarise(z: np.ndarray, f_minus: float = F_MINUS, f_plus: float = F_PLUS) -
 
 
 def full_network_embedding(
-    x: np.ndarray, stats: FNEStats, f_minus: float = F_MINUS, f_plus: float = F_PLUS
+    x: np.ndarray,
+    stats: FNEStats,
+    f_minus: float = F_MINUS,
+    f_plus: float = F_PLUS,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """``[N, D]`` int8 FNE of pooled activations ``x`` (chunked)."""
-    out = np.empty(x.shape, dtype=np.int8)
+    """``[N, D]`` int8 FNE of pooled activations ``x`` (chunked), written into ``out``
+    (e.g. a memmap) when given, so no full-size copy is held in memory."""
+    if out is None:
+        out = np.empty(x.shape, dtype=np.int8)
     for a in range(0, len(x), _CHUNK):
         out[a : a + _CHUNK] = ternarise(stats.standardise(x[a : a + _CHUNK]), f_minus, f_plus)
     return out

@@ -139,7 +139,7 @@ class FeatureStore:
         stats = FNEStats.fit(self.pooled, rows)
         tmp = self.path / ".fne.i8.tmp"
         fne = np.memmap(tmp, dtype=np.int8, mode="w+", shape=(self.n, self.fne_dim))
-        fne[:] = full_network_embedding(self.pooled, stats, f_minus, f_plus)
+        full_network_embedding(self.pooled, stats, f_minus, f_plus, out=fne)
         fne.flush()
         del fne
         os.replace(tmp, self.path / "fne.i8")

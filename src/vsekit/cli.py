@@ -318,6 +318,9 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------- entry point
+from . import search_cli  # noqa: E402, F401  (registers model/index/search/annotate/serve)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vse", description="vsekit: visual-semantic embeddings for images and sentences."

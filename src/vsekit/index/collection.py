@@ -1,0 +1,390 @@
+"""A photo collection index: SQLite metadata plus a memory-mapped embedding matrix.
+
+Layout of an index directory::
+
+    index.sqlite      meta (model, dim, generation, committed rows), files, failed
+    emb-<gen>.f32     float32 rows of ``dim`` columns, append-only within a generation
+
+Crash safety (a ``kill -9`` at any moment leaves a usable index):
+
+* embeddings are appended and fsync'ed *before* the SQLite transaction that makes them
+  reachable (files rows + ``meta.rows``) commits, so committed rows always exist on disk;
+  bytes past ``meta.rows`` are leftovers of an interrupted batch and are cut on the
+  next write;
+* compaction (dropping rows of deleted or re-embedded files) writes ``emb-<gen+1>.f32``
+  in full, then switches generation in one transaction; a stray file of another
+  generation is removed on the next write.
+
+Incremental updates: a file is re-embedded only when its path is new or its size or
+mtime changed; a file that failed to decode is remembered with its size and mtime
+and not retried until it changes.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..images import IMAGE_SUFFIXES, ImageError, load_image
+from .search import FAISS_MIN_ROWS, FaissSearcher, exact_search
+
+INDEX_VERSION = 1
+DB_NAME = "index.sqlite"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS files (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    path TEXT UNIQUE NOT NULL,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    row INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS failed (
+    path TEXT PRIMARY KEY,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    error TEXT NOT NULL
+);
+"""
+
+
+class CollectionError(ValueError):
+    """An index could not be opened or does not fit the model; names the path."""
+
+
+@dataclass(frozen=True)
+class Hit:
+    id: int
+    path: str
+    score: float
+
+
+@dataclass
+class UpdateReport:
+    scanned: int = 0
+    added: int = 0
+    updated: int = 0
+    removed: int = 0
+    unchanged: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (path, error)
+    embedded: int = 0  # images that went through the model
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        return (
+            f"{self.scanned} files: {self.added} added, {self.updated} updated, "
+            f"{self.removed} removed, {self.unchanged} unchanged, {len(self.failed)} failed "
+            f"({self.seconds:.1f} s)"
+        )
+
+
+def scan_images(root: Path) -> Iterator[tuple[str, int, int]]:
+    """``(absolute path, size, mtime_ns)`` of every image file under ``root``, sorted."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            if name.lower().endswith(IMAGE_SUFFIXES) and not name.startswith("."):
+                p = os.path.join(dirpath, name)
+                try:
+                    st = os.stat(p)
+                except OSError:
+                    continue  # vanished during the scan
+                yield os.path.abspath(p), st.st_size, st.st_mtime_ns
+
+
+class Collection:
+    """Open (or create) the index at ``path``.
+
+    ``model_info``: ``{"name", "fingerprint", "dim", "similarity"}`` of the model the
+    embeddings come from; required to create an index, checked when given on open.
+    """
+
+    def __init__(self, path: str | Path, model_info: dict | None = None) -> None:
+        self.path = Path(path).expanduser()
+        db = self.path / DB_NAME
+        if not db.is_file():
+            if model_info is None:
+                raise CollectionError(f"{self.path}: no index here (run `vse index DIR` first)")
+            self.path.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(db, timeout=30, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.executescript(SCHEMA)
+        meta = self._meta()
+        if not meta:
+            assert model_info is not None
+            with self.db:
+                self._set_meta(
+                    version=INDEX_VERSION,
+                    model=model_info["name"],
+                    fingerprint=model_info["fingerprint"],
+                    dim=int(model_info["dim"]),
+                    similarity=model_info.get("similarity", "cosine"),
+                    generation=0,
+                    rows=0,
+                )
+            meta = self._meta()
+        if int(meta.get("version", -1)) != INDEX_VERSION:
+            raise CollectionError(
+                f"{self.path}: index version {meta.get('version')} is not supported"
+            )
+        if model_info is not None and model_info["fingerprint"] != meta["fingerprint"]:
+            raise CollectionError(
+                f"{self.path}: built with model {meta['model']!r} ({meta['fingerprint']}), "
+                f"not {model_info['name']!r} ({model_info['fingerprint']}); "
+                "use that model or rebuild the index with --rebuild"
+            )
+        self.dim = int(meta["dim"])
+        self.model_name = meta["model"]
+        self.fingerprint = meta["fingerprint"]
+        self.similarity = meta["similarity"]
+        self._snapshot_key = None
+        self._faiss = None
+        self.refresh()
+
+    # -- metadata ------------------------------------------------------------------
+    def _meta(self) -> dict[str, str]:
+        return dict(self.db.execute("SELECT key, value FROM meta").fetchall())
+
+    def _set_meta(self, **kv) -> None:
+        self.db.executemany(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+            [(k, str(v)) for k, v in kv.items()],
+        )
+
+    def _emb_path(self, gen: int) -> Path:
+        return self.path / f"emb-{gen}.f32"
+
+    def refresh(self) -> bool:
+        """Re-read the committed state if another process changed it; True if it did."""
+        meta = self._meta()
+        key = (meta["generation"], meta["rows"], self.db.total_changes, self._data_version())
+        if key == self._snapshot_key:
+            return False
+        gen, n_rows = int(meta["generation"]), int(meta["rows"])
+        cur = self.db.execute("SELECT id, path, row FROM files ORDER BY id")
+        ids, paths, rows = [], [], []
+        for i, p, r in cur:
+            ids.append(i)
+            paths.append(p)
+            rows.append(r)
+        self.ids = np.asarray(ids, np.int64)
+        self.paths = paths
+        self.rows = np.asarray(rows, np.int64)
+        self.generation, self.n_rows = gen, n_rows
+        self.live = np.zeros(n_rows, bool)
+        self.live[self.rows] = True
+        self.row_to_pos = np.full(n_rows, -1, np.int64)
+        self.row_to_pos[self.rows] = np.arange(len(self.rows))
+        self._id_to_pos = {int(i): k for k, i in enumerate(ids)}
+        f = self._emb_path(gen)
+        if n_rows and f.is_file():
+            self.emb = np.memmap(f, np.float32, mode="r", shape=(n_rows, self.dim))
+        else:
+            self.emb = np.zeros((0, self.dim), np.float32)
+        self._snapshot_key = key
+        self._faiss = None
+        return True
+
+    def _data_version(self) -> int:
+        return self.db.execute("PRAGMA data_version").fetchone()[0]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def path_of(self, file_id: int) -> str | None:
+        pos = self._id_to_pos.get(int(file_id))
+        return None if pos is None else self.paths[pos]
+
+    def embedding_of(self, file_id: int) -> np.ndarray | None:
+        pos = self._id_to_pos.get(int(file_id))
+        return None if pos is None else np.array(self.emb[self.rows[pos]])
+
+    def failures(self) -> list[tuple[str, str]]:
+        return self.db.execute("SELECT path, error FROM failed ORDER BY path").fetchall()
+
+    # -- updating ------------------------------------------------------------------
+    def update(
+        self,
+        root: str | Path,
+        embed: Callable[[Sequence], np.ndarray],
+        batch_size: int = 16,
+        progress: bool = True,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> UpdateReport:
+        """Bring the index in line with the image files under ``root``.
+
+        ``embed(list of PIL images) -> [n, dim]`` unit vectors. Files outside ``root``
+        that are already indexed are left alone.
+        """
+        t0 = time.perf_counter()
+        root = Path(root).expanduser()
+        if not root.is_dir():
+            raise CollectionError(f"{root}: not a folder")
+        rep = UpdateReport()
+        prefix = os.path.join(os.path.abspath(root), "")
+        known = {
+            p: (i, s, m)
+            for i, p, s, m in self.db.execute("SELECT id, path, size, mtime_ns FROM files")
+        }
+        failed = {
+            p: (s, m) for p, s, m in self.db.execute("SELECT path, size, mtime_ns FROM failed")
+        }
+        seen, todo = set(), []
+        for p, size, mtime in scan_images(root):
+            rep.scanned += 1
+            seen.add(p)
+            k = known.get(p)
+            if k is not None and (k[1], k[2]) == (size, mtime):
+                rep.unchanged += 1
+            elif k is None and failed.get(p) == (size, mtime):
+                rep.failed.append((p, "unchanged since it failed"))
+            else:
+                todo.append((p, size, mtime))
+        gone = [p for p in known if p.startswith(prefix) and p not in seen]
+        gone_failed = [p for p in failed if p.startswith(prefix) and p not in seen]
+        with self.db:
+            self.db.executemany("DELETE FROM files WHERE path = ?", [(p,) for p in gone])
+            self.db.executemany("DELETE FROM failed WHERE path = ?", [(p,) for p in gone_failed])
+        rep.removed = len(gone)
+
+        bar = None
+        if progress and todo:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(todo), desc="index", unit="img")
+        for a in range(0, len(todo), batch_size):
+            batch = todo[a : a + batch_size]
+            images, ok, errors = [], [], []
+            for p, size, mtime in batch:
+                try:
+                    images.append(load_image(p))
+                    ok.append((p, size, mtime))
+                except ImageError as e:
+                    errors.append((p, size, mtime, str(e)))
+            vecs = embed(images) if images else np.zeros((0, self.dim), np.float32)
+            rep.embedded += len(images)
+            self._commit_batch(ok, np.asarray(vecs, np.float32), errors, known, rep)
+            if bar is not None:
+                bar.update(len(batch))
+            if on_batch is not None:
+                on_batch(a + len(batch))
+        if bar is not None:
+            bar.close()
+        self.compact()
+        self.refresh()
+        rep.seconds = time.perf_counter() - t0
+        return rep
+
+    def _commit_batch(self, ok, vecs, errors, known, rep: UpdateReport) -> None:
+        if vecs.shape != (len(ok), self.dim):
+            raise CollectionError(
+                f"embedder returned {vecs.shape}, expected ({len(ok)}, {self.dim})"
+            )
+        meta = self._meta()
+        gen, n_rows = int(meta["generation"]), int(meta["rows"])
+        f = self._emb_path(gen)
+        with open(f, "ab") as fh:
+            fh.truncate(n_rows * self.dim * 4)  # drop bytes of an interrupted batch
+            fh.seek(0, os.SEEK_END)
+            fh.write(np.ascontiguousarray(vecs).tobytes())
+            fh.flush()
+            os.fsync(fh.fileno())
+        with self.db:
+            for j, (p, size, mtime) in enumerate(ok):
+                if p in known:
+                    self.db.execute(
+                        "UPDATE files SET size = ?, mtime_ns = ?, row = ? WHERE path = ?",
+                        (size, mtime, n_rows + j, p),
+                    )
+                    rep.updated += 1
+                else:
+                    self.db.execute(
+                        "INSERT INTO files (path, size, mtime_ns, row) VALUES (?, ?, ?, ?)",
+                        (p, size, mtime, n_rows + j),
+                    )
+                    rep.added += 1
+                self.db.execute("DELETE FROM failed WHERE path = ?", (p,))
+            for p, size, mtime, err in errors:
+                self.db.execute(
+                    "INSERT OR REPLACE INTO failed (path, size, mtime_ns, error) "
+                    "VALUES (?, ?, ?, ?)",
+                    (p, size, mtime, err),
+                )
+                rep.failed.append((p, err))
+            self._set_meta(rows=n_rows + len(ok))
+
+    def compact(self, min_garbage: int = 1024) -> bool:
+        """Rewrite the embeddings without dead rows when they outnumber the live ones
+        (and are at least ``min_garbage``); also removes stray files. True if rewritten."""
+        meta = self._meta()
+        gen, n_rows = int(meta["generation"]), int(meta["rows"])
+        for stray in self.path.glob("emb-*.f32"):
+            if stray.name != self._emb_path(gen).name:
+                stray.unlink(missing_ok=True)
+        live = self.db.execute("SELECT id, row FROM files ORDER BY id").fetchall()
+        garbage = n_rows - len(live)
+        if garbage < max(min_garbage, len(live)):
+            return False
+        old = np.memmap(self._emb_path(gen), np.float32, mode="r", shape=(n_rows, self.dim))
+        new_path = self._emb_path(gen + 1)
+        with open(new_path, "wb") as fh:
+            for a in range(0, len(live), 65_536):
+                rows = [r for _, r in live[a : a + 65_536]]
+                fh.write(np.ascontiguousarray(old[rows]).tobytes())
+            fh.flush()
+            os.fsync(fh.fileno())
+        del old
+        with self.db:
+            self.db.executemany(
+                "UPDATE files SET row = ? WHERE id = ?", [(j, i) for j, (i, _) in enumerate(live)]
+            )
+            self._set_meta(generation=gen + 1, rows=len(live))
+        self._emb_path(gen).unlink(missing_ok=True)
+        return True
+
+    # -- searching -----------------------------------------------------------------
+    def search(
+        self, queries: np.ndarray, k: int = 20, method: str = "auto", score_fn=None
+    ) -> list[list[Hit]]:
+        """Top-k files for each query vector ``[Q, dim]``.
+
+        ``method``: ``exact`` (one chunked matrix product), ``faiss`` (IVF, built on first
+        use and kept until the index changes) or ``auto`` (FAISS from
+        ``FAISS_MIN_ROWS`` live rows, for dot-product models only).
+        """
+        self.refresh()
+        q = np.atleast_2d(np.asarray(queries, np.float32))
+        dot = score_fn is None
+        if method == "auto":
+            method = "faiss" if dot and len(self) >= FAISS_MIN_ROWS else "exact"
+        if method == "faiss":
+            if not dot:
+                raise CollectionError("FAISS search needs a dot-product (cosine) model")
+            if self._faiss is None:
+                self._faiss = FaissSearcher(self.emb, self.live)
+            scores, rows = self._faiss.search(q, k)
+        elif method == "exact":
+            kw = {} if dot else {"score_fn": score_fn}
+            scores, rows = exact_search(self.emb, q, k, self.live, **kw)
+        else:
+            raise ValueError(f"unknown search method {method!r}; use auto | exact | faiss")
+        out = []
+        for srow, rrow in zip(scores, rows, strict=True):
+            hits = []
+            for s, r in zip(srow, rrow, strict=True):
+                if r < 0:
+                    continue
+                pos = self.row_to_pos[r]
+                hits.append(Hit(int(self.ids[pos]), self.paths[pos], float(s)))
+            out.append(hits)
+        return out
+
+    def close(self) -> None:
+        self.db.close()

@@ -1,0 +1,55 @@
+"""Queries against a collection, shared by the CLI and the HTTP service: text in, image
+in, with the model's own similarity and the same input checks everywhere."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..models.bundle import EmbeddingModel
+from .collection import Collection, Hit
+
+MAX_QUERY_CHARS = 500
+MAX_K = 1000
+
+
+def check_query(text: str) -> str:
+    """The stripped query; ValueError if it is empty or longer than MAX_QUERY_CHARS."""
+    q = (text or "").strip()
+    if not q:
+        raise ValueError("query: empty")
+    if len(q) > MAX_QUERY_CHARS:
+        raise ValueError(f"query: {len(q)} characters, at most {MAX_QUERY_CHARS}")
+    return q
+
+
+def check_k(k: int) -> int:
+    if not 1 <= k <= MAX_K:
+        raise ValueError(f"k: must be between 1 and {MAX_K}, got {k}")
+    return k
+
+
+def _score_fn(model: EmbeddingModel):
+    if model.similarity_name == "cosine":
+        return None  # plain dot products of unit vectors: exact or FAISS
+    return lambda emb, q: model.scores(emb, q).T  # [n, Q] -> [Q, n]
+
+
+def search_text(
+    coll: Collection, model: EmbeddingModel, text: str, k: int = 20, method: str = "auto"
+) -> list[Hit]:
+    q = model.embed_texts([check_query(text)])
+    return coll.search(q, check_k(k), method, _score_fn(model))[0]
+
+
+def search_vector(
+    coll: Collection, model: EmbeddingModel, emb: np.ndarray, k: int = 20, method: str = "auto"
+) -> list[Hit]:
+    """Images nearest to an image embedding (cosine between image embeddings)."""
+    return coll.search(np.atleast_2d(emb), check_k(k), method)[0]
+
+
+def search_image(
+    coll: Collection, model: EmbeddingModel, image, k: int = 20, method: str = "auto"
+) -> list[Hit]:
+    """``image``: a path or a PIL image (ImageError if unreadable)."""
+    return search_vector(coll, model, model.embed_images([image])[0], k, method)

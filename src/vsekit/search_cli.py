@@ -1,0 +1,193 @@
+"""``vse model``, ``vse index``, ``vse search``, ``vse annotate`` and ``vse serve``:
+the photo-collection side of the command line (registered into :mod:`vsekit.cli`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from .cli import command
+
+DEFAULT_INDEX = "~/.cache/vsekit/index"
+
+
+def _load_model(name: str):
+    from .models.bundle import EmbeddingModel
+
+    return EmbeddingModel.load(name)
+
+
+# ---------------------------------------------------------------- vse model
+@command
+def _add_model(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("model", help="export and inspect self-contained embedding models")
+    msub = p.add_subparsers(dest="model_cmd", required=True, metavar="COMMAND")
+    e = msub.add_parser("export", help="package a training run as a model bundle")
+    e.add_argument("run", help="training run directory")
+    e.add_argument("out", help="bundle directory to write")
+    e.add_argument("--checkpoint", default="best", choices=["best", "last"])
+    e.add_argument("--fp32", action="store_true", help="keep float32 weights (default float16)")
+    e.add_argument(
+        "--captions-from", help="dataset whose captions become the annotation pool (its --split)"
+    )
+    e.add_argument("--split", default="train", help="split of --captions-from (default train)")
+    e.set_defaults(handler=_model_export)
+    i = msub.add_parser("info", help="what a model is, how it was trained and its dev metrics")
+    i.add_argument("model", nargs="?", default="default")
+    i.set_defaults(handler=_model_info)
+
+
+def _model_export(args: argparse.Namespace) -> int:
+    from .models.bundle import EmbeddingModel
+
+    m = EmbeddingModel.from_run(args.run, args.checkpoint)
+    captions: list[str] = []
+    if args.captions_from:
+        from .data import load_dataset
+
+        ds = load_dataset(args.captions_from).split(args.split)
+        captions = list(ds.texts)
+    out = m.save(args.out, half=not args.fp32, captions=captions)
+    size = sum(f.stat().st_size for f in out.iterdir())
+    print(f"wrote {out} ({size / 1e6:.1f} MB, {len(captions)} captions)")
+    return 0
+
+
+def _model_info(args: argparse.Namespace) -> int:
+    m = _load_model(args.model)
+    info = {k: v for k, v in m.info.items() if k != "config"}
+    info["fingerprint"] = m.fingerprint
+    info["captions"] = len(m.captions)
+    info["path"] = str(m.path)
+    print(json.dumps(info, indent=2))
+    return 0
+
+
+# ---------------------------------------------------------------- vse index
+@command
+def _add_index(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("index", help="embed every image under a folder (incremental)")
+    p.add_argument("folder", help="folder of photos (searched recursively)")
+    p.add_argument("--model", default="default", help="model bundle or run (default: shipped)")
+    p.add_argument("--index", default=DEFAULT_INDEX, help=f"index directory ({DEFAULT_INDEX})")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: all cores)")
+    p.add_argument("--rebuild", action="store_true", help="delete the index and start again")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(handler=_index)
+
+
+def _index(args: argparse.Namespace) -> int:
+    import torch
+
+    from .index import Collection, model_info
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    index = Path(args.index).expanduser()
+    if args.rebuild and index.exists():
+        shutil.rmtree(index)
+    model = _load_model(args.model)
+    coll = Collection(index, model_info(model, args.model))
+    rep = coll.update(args.folder, model.embed_images, args.batch_size, not args.quiet)
+    for path, err in rep.failed:
+        print(f"skipped {path}: {err}" if not err.startswith(path) else f"skipped {err}")
+    print(f"{index}: {rep.summary()}; {len(coll)} images indexed")
+    return 0
+
+
+# ---------------------------------------------------------------- vse search
+@command
+def _add_search(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("search", help="find indexed photos by text or by a similar image")
+    p.add_argument("query", nargs="?", help="what is in the photo")
+    p.add_argument("--image", help="find photos similar to this image instead")
+    p.add_argument("--index", default=DEFAULT_INDEX)
+    p.add_argument("--model", help="model (default: the one the index was built with)")
+    p.add_argument("--k", type=int, default=20)
+    p.add_argument("--method", default="auto", choices=["auto", "exact", "faiss"])
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_search)
+
+
+def open_index(index: str, model_name: str | None = None):
+    """The collection at ``index`` and its model (the one it was built with by default)."""
+    from .index import Collection, model_info
+
+    coll = Collection(index)
+    name = model_name or coll.model_name
+    model = _load_model(name)
+    if model.fingerprint != coll.fingerprint:
+        Collection(index, model_info(model, name))  # raises with the explanation
+    return coll, model
+
+
+def _search(args: argparse.Namespace) -> int:
+    from .index.query import search_image, search_text
+
+    if (args.query is None) == (args.image is None):
+        raise ValueError("give either a text query or --image FILE")
+    coll, model = open_index(args.index, args.model)
+    if args.query is not None:
+        hits = search_text(coll, model, args.query, args.k, args.method)
+    else:
+        hits = search_image(coll, model, args.image, args.k, args.method)
+    if args.json:
+        print(json.dumps([h.__dict__ for h in hits], indent=2))
+    else:
+        for h in hits:
+            print(f"{h.score:7.4f}  {h.path}")
+    return 0
+
+
+# ---------------------------------------------------------------- vse annotate
+@command
+def _add_annotate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("annotate", help="the best captions for an image")
+    p.add_argument("image")
+    p.add_argument("--model", default="default")
+    p.add_argument("--k", type=int, default=5)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_annotate)
+
+
+def _annotate(args: argparse.Namespace) -> int:
+    from .index import CaptionPool
+
+    model = _load_model(args.model)
+    if not model.captions:
+        raise ValueError(f"model {args.model!r} has no caption pool (export it --captions-from)")
+    emb = model.embed_images([args.image])
+    best = CaptionPool(model).best(emb, args.k)[0]
+    if args.json:
+        print(json.dumps({"captions": [{"text": c, "score": s} for c, s in best]}, indent=2))
+    else:
+        for c, s in best:
+            print(f"{s:7.4f}  {c}")
+    return 0
+
+
+# ---------------------------------------------------------------- vse serve
+@command
+def _add_serve(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="HTTP API and web page over an index")
+    p.add_argument("--index", default=DEFAULT_INDEX)
+    p.add_argument("--model", help="model (default: the one the index was built with)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.set_defaults(handler=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .serve.app import create_app
+
+    coll, model = open_index(args.index, args.model)
+    print(f"serving {len(coll)} images from {coll.path} on http://{args.host}:{args.port}/")
+    sys.stdout.flush()
+    uvicorn.run(create_app(coll, model), host=args.host, port=args.port, log_level="warning")
+    return 0

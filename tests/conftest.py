@@ -51,3 +51,28 @@ class TinyBackbone(Backbone):
 
 
 register_backbone("tiny-test")(TinyBackbone)
+
+
+def make_tiny_model(captions: list[str] | None = None, seed: int = 0):
+    """An EmbeddingModel on the tiny backbone (random weights): fast, deterministic."""
+    from vsekit.data.tokenizer import tokenize
+    from vsekit.data.vocab import Vocabulary
+    from vsekit.models.bundle import BUNDLE_VERSION, EmbeddingModel
+    from vsekit.models.joint import JointConfig, JointEmbedding
+    from vsekit.text.encoders import TextEncoderConfig
+    from vsekit.train.config import ExperimentConfig
+
+    captions = captions or ["a dog runs on grass", "a red car", "two people in the snow"]
+    vocab = Vocabulary.build([tokenize(c) for c in captions])
+    cfg = ExperimentConfig(name="tiny")
+    cfg.model = JointConfig(text=TextEncoderConfig(word_dim=8, embed_dim=6))
+    torch.manual_seed(seed)
+    model = JointEmbedding(5, vocab, cfg.model)
+    info = {
+        "version": BUNDLE_VERSION,
+        "config": cfg.to_dict(),
+        "img_dim": 5,
+        "image": {"backbone": "tiny-test", "weights": "random", "crops": 1,
+                  "features": "baseline", "baseline_layer": "fc", "fne": None},
+    }  # fmt: skip
+    return EmbeddingModel(model, info, captions=captions)

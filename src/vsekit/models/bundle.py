@@ -180,7 +180,9 @@ class EmbeddingModel:
             from ..features.backbones import create_backbone
             from ..features.extract import prepare_model
 
-            self._backbone = prepare_model(create_backbone(self.info["image"]["backbone"]), None)
+            spec = self.info["image"]
+            net = create_backbone(spec["backbone"], weights=spec.get("weights", "auto"))
+            self._backbone = prepare_model(net, None)
         return self._backbone
 
     def image_features(self, images: Sequence) -> np.ndarray:

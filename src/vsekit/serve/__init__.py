@@ -1,0 +1,1 @@
+"""HTTP service and web page over a collection index (``vse serve``)."""

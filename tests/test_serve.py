@@ -1,0 +1,187 @@
+"""HTTP API (FastAPI test client) and one end-to-end test in a real headless Chromium."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from PIL import Image
+
+from tests.conftest import make_tiny_model, write_image
+from vsekit.index import Collection, model_info
+from vsekit.index.query import MAX_QUERY_CHARS
+from vsekit.serve import app as app_module
+from vsekit.serve.app import create_app
+
+CAPTIONS = ["a dog runs on grass", "a red car", "two people in the snow", "a red dog"]
+
+
+@pytest.fixture
+def served(tmp_path):
+    model = make_tiny_model(CAPTIONS)
+    photos = tmp_path / "photos"
+    for i in range(6):
+        write_image(photos / f"p{i}.jpg", seed=i, size=48)
+    coll = Collection(tmp_path / "idx", model_info(model, "tiny"))
+    coll.update(photos, model.embed_images, progress=False)
+    return coll, model, photos
+
+
+@pytest.fixture
+def client(served):
+    coll, model, _ = served
+    return TestClient(create_app(coll, model))
+
+
+def jpeg_bytes(seed: int = 0) -> bytes:
+    buf = io.BytesIO()
+    rng = np.random.default_rng(seed)
+    Image.fromarray(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)).save(buf, "JPEG")
+    return buf.getvalue()
+
+
+def test_health_and_page(client):
+    r = client.get("/health")
+    assert r.status_code == 200 and r.json() == {"status": "ok", "images": 6, "model": "tiny"}
+    page = client.get("/")
+    assert page.status_code == 200 and 'id="q"' in page.text and 'id="drop"' in page.text
+    assert "/search/image" in client.get("/openapi.json").json()["paths"]
+
+
+def test_search_matches_the_library(client, served):
+    coll, model, _ = served
+    r = client.get("/search", params={"q": "a red car", "k": 4})
+    assert r.status_code == 200
+    res = r.json()["results"]
+    from vsekit.index.query import search_text
+
+    expect = search_text(coll, model, "a red car", 4)
+    assert [x["id"] for x in res] == [h.id for h in expect]
+    assert [x["score"] for x in res] == sorted((x["score"] for x in res), reverse=True)
+    thumb = client.get(res[0]["thumb"])
+    assert thumb.status_code == 200 and thumb.headers["content-type"] == "image/jpeg"
+    assert max(Image.open(io.BytesIO(thumb.content)).size) <= app_module.THUMB_SIZE
+    full = client.get(res[0]["image"])
+    assert full.content == Path(res[0]["path"]).read_bytes()
+
+
+def test_search_by_image_and_annotate(client, served):
+    _, model, photos = served
+    data = (photos / "p3.jpg").read_bytes()
+    r = client.post("/search/image", files={"file": ("q.jpg", data, "image/jpeg")}, params={"k": 2})
+    assert r.status_code == 200
+    assert r.json()["results"][0]["name"] == "p3.jpg"  # itself first
+    r = client.post("/annotate", files={"file": ("q.jpg", data, "image/jpeg")}, params={"k": 3})
+    caps = r.json()["captions"]
+    assert r.status_code == 200 and len(caps) == 3 and {c["text"] for c in caps} <= set(CAPTIONS)
+    first_id = client.get("/search", params={"q": "dog"}).json()["results"][0]["id"]
+    assert client.get(f"/annotate/{first_id}").json()["captions"]
+
+
+@pytest.mark.parametrize(
+    ("params", "status", "field"),
+    [
+        ({"q": ""}, 422, "q"),
+        ({"q": "   "}, 400, "query"),
+        ({"q": "x" * (MAX_QUERY_CHARS + 1)}, 422, "q"),
+        ({"q": "dog", "k": 0}, 422, "k"),
+        ({"q": "dog", "k": 100000}, 422, "k"),
+        ({"q": "dog", "k": "many"}, 422, "k"),
+        ({}, 422, "q"),
+    ],
+)
+def test_bad_queries_are_4xx_json(client, params, status, field):
+    r = client.get("/search", params=params)
+    assert r.status_code == status and r.json()["error"].startswith(field)
+
+
+def test_bad_uploads_and_ids_are_4xx_json(client, monkeypatch):
+    r = client.post("/search/image", files={"file": ("a.jpg", b"not an image", "image/jpeg")})
+    assert r.status_code == 415 and "a.jpg" in r.json()["error"]
+    r = client.post("/annotate", files={"file": ("e.png", b"", "image/png")})
+    assert r.status_code == 400 and "empty" in r.json()["error"]
+    monkeypatch.setattr(app_module, "MAX_UPLOAD_BYTES", 100)
+    r = client.post("/search/image", files={"file": ("big.jpg", jpeg_bytes(), "image/jpeg")})
+    assert r.status_code == 413 and "larger" in r.json()["error"]
+    assert client.post("/search/image").status_code == 422  # no file at all
+    for url in ["/images/999", "/thumbs/999", "/annotate/999"]:
+        r = client.get(url)
+        assert r.status_code == 404 and "999" in r.json()["error"]
+    assert client.get("/images/../../etc/passwd").status_code == 404
+    assert client.get("/images/abc").status_code == 422
+
+
+def test_deleted_file_is_404_not_500(client, served):
+    _, _, photos = served
+    res = client.get("/search", params={"q": "dog", "k": 6}).json()["results"]
+    os.remove(res[0]["path"])
+    assert client.get(res[0]["thumb"]).status_code == 404
+    assert client.get(res[0]["image"]).status_code == 404
+
+
+def test_service_sees_a_concurrent_update(client, served):
+    coll, model, photos = served
+    write_image(photos / "new.jpg", seed=42, size=48)
+    other = Collection(coll.path)  # e.g. `vse index` in another process
+    other.update(photos, model.embed_images, progress=False)
+    assert client.get("/health").json()["images"] == 7
+
+
+# ------------------------------------------------------------------ browser
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_browser_types_a_query_and_sees_thumbnails(served, tmp_path):
+    """Real headless Chromium (Debian's, installed by scripts/setup) against a real
+    uvicorn server. Set VSEKIT_SKIP_BROWSER=1 to skip on a machine without it."""
+    if os.environ.get("VSEKIT_SKIP_BROWSER") == "1":
+        pytest.skip("VSEKIT_SKIP_BROWSER=1")
+    assert Path(CHROMIUM).is_file(), f"{CHROMIUM} missing: run scripts/setup (apt chromium)"
+    import uvicorn
+    from playwright.sync_api import sync_playwright
+
+    coll, model, _ = served
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(coll, model), host="127.0.0.1", port=port, log_level="error")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 20
+    while not server.started and time.time() < deadline:
+        time.sleep(0.05)
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True)
+            page = browser.new_page()
+            page.goto(f"http://127.0.0.1:{port}/")
+            page.fill("#q", "a dog on the grass")
+            page.press("#q", "Enter")
+            page.wait_for_selector(".card img")
+            loaded = "i => i.complete && i.naturalWidth > 0"
+            page.wait_for_function(f"[...document.querySelectorAll('.card img')].every({loaded})")
+            assert page.locator(".card").count() == 6
+            assert "results" in page.inner_text("#status")
+            page.locator(".card").first.click()
+            page.wait_for_selector("#captions li")
+            assert page.locator("#captions li").count() == len(CAPTIONS)  # k=5 > pool
+            page.screenshot(path=str(tmp_path / "page.png"))
+            browser.close()
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -62,9 +62,9 @@ def exact_search(
 class FaissSearcher:
     """Approximate inner-product search with a FAISS inverted-file index (IVF-Flat).
 
-    ``nlist`` defaults to ``4 * sqrt(N)`` clusters, trained on up to 64 points per
-    cluster; a query visits ``nprobe`` of them. Small collections (under ``4 * 39``
-    points per list) fall back to ``IndexFlatIP``, which is exact. Only live rows are
+    ``nlist`` defaults to ``sqrt(N)`` clusters, trained on 40 sampled points per
+    cluster; a query visits ``nprobe`` of them. Collections with fewer than 39 points
+    per cluster fall back to ``IndexFlatIP``, which is exact. Only live rows are
     added, under their row number, so results map straight back to the index.
     """
 
@@ -82,14 +82,14 @@ class FaissSearcher:
         n, d = emb.shape
         rows = np.arange(n) if live is None else np.flatnonzero(live[:n])
         self.n = len(rows)
-        nlist = nlist or max(1, int(4 * np.sqrt(max(self.n, 1))))
+        nlist = nlist or max(1, int(np.sqrt(self.n)))
         if self.n < 39 * nlist:
             self.index = faiss.IndexIDMap(faiss.IndexFlatIP(d))
         else:
             quantizer = faiss.IndexFlatIP(d)
             ivf = faiss.IndexIVFFlat(quantizer, d, nlist, faiss.METRIC_INNER_PRODUCT)
             rng = np.random.default_rng(seed)
-            sample = np.sort(rng.choice(rows, size=min(self.n, 64 * nlist), replace=False))
+            sample = np.sort(rng.choice(rows, size=min(self.n, 40 * nlist), replace=False))
             ivf.train(np.ascontiguousarray(emb[sample], dtype=np.float32))
             ivf.nprobe = nprobe
             self.index = ivf

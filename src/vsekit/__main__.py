@@ -1,0 +1,7 @@
+"""``python -m vsekit`` = ``vse``."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

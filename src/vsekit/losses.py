@@ -75,3 +75,18 @@ class MaxHinge(ContrastiveHinge):
 
     def __init__(self, margin: float = 0.2, similarity: str = "cosine", abs: bool = False):
         super().__init__(margin, True, similarity, abs)
+
+
+@register_loss("mse")
+class MSE(nn.Module):
+    """Word2VisualVec's objective (Dong et al., eq. 6-7): the squared error between the
+    predicted visual feature ``r(q)`` and the image's ``phi(x)``, averaged over the batch
+    and the feature dimensions (Keras' ``mse``, as the paper's implementation)::
+
+        L = 1/(B F) sum_k ||r(q_k) - phi(x_k)||^2
+
+    ``forward(target [B, F], pred [B, F])``; no negatives are involved.
+    """
+
+    def forward(self, target: torch.Tensor, pred: torch.Tensor) -> torch.Tensor:
+        return ((pred - target) ** 2).mean()

@@ -34,11 +34,11 @@ from safetensors.torch import load_file, save_file
 
 from ..data.vocab import Vocabulary
 from ..features.fne import FNEStats, full_network_embedding
-from .joint import JointEmbedding
+from .factory import create_model
 
 BUNDLE_VERSION = 1
 DEFAULT_MODEL = "default"
-FEATURE_KINDS = ("baseline", "fne", "pooled")
+FEATURE_KINDS = ("baseline", "baseline_raw", "fne", "pooled")
 
 
 class ModelError(ValueError):
@@ -54,7 +54,7 @@ class EmbeddingModel:
 
     def __init__(
         self,
-        model: JointEmbedding,
+        model: torch.nn.Module,
         info: dict,
         fne_stats: FNEStats | None = None,
         captions: list[str] | None = None,
@@ -91,7 +91,7 @@ class EmbeddingModel:
             info = json.loads((path / "bundle.json").read_text())
             cfg = from_dict(ExperimentConfig, info["config"])
             vocab = Vocabulary.load(path / "vocab.json")
-            model = JointEmbedding(info["img_dim"], vocab, cfg.model)
+            model = create_model(info["img_dim"], vocab, cfg.model)
             state = load_file(path / "model.safetensors")
         except (OSError, KeyError, ValueError) as e:
             raise ModelError(f"{path}: broken model bundle ({e})") from e
@@ -195,9 +195,11 @@ class EmbeddingModel:
         pooled, _ = embed_images(net, images, spec["crops"], False)
         if spec["features"] == "pooled":
             return pooled
-        if spec["features"] == "baseline":
+        if spec["features"] in ("baseline", "baseline_raw"):
             sl = net.layer_slices()[spec["baseline_layer"]]
             x = torch.from_numpy(np.ascontiguousarray(pooled[:, sl]))
+            if spec["features"] == "baseline_raw":
+                return x.numpy()
             return torch.nn.functional.normalize(x, dim=1).numpy()
         fne = spec["fne"]
         return full_network_embedding(pooled, self.fne_stats, fne["f_minus"], fne["f_plus"])

@@ -24,11 +24,17 @@ from ..text.encoders import TextEncoderConfig, create_text_encoder
 
 @dataclass
 class JointConfig:
+    """The model section of a config (every registered model kind reads it)."""
+
+    kind: str = "joint"  # joint (UVS / VSE++ / order) | w2vv (Word2VisualVec, regression)
     text: TextEncoderConfig = field(default_factory=TextEncoderConfig)
     similarity: str = "cosine"  # cosine | order | euclidean
     abs: bool = False  # order similarity on absolute values (order embeddings)
     img_dropout: float = 0.0  # dropout on the input image features (regularises the map)
     img_noise: float = 0.0  # std of Gaussian noise added to image features in training
+    hidden: list[int] = field(default_factory=list)  # w2vv: hidden layer sizes ([]: linear)
+    dropout: float = 0.0  # w2vv: dropout after each hidden layer
+    out_relu: bool = True  # w2vv: ReLU on the output layer (eq. 5; off for FNE targets)
 
 
 class JointEmbedding(nn.Module):
@@ -62,3 +68,9 @@ class JointEmbedding(nn.Module):
 
     def similarity(self, img: torch.Tensor, txt: torch.Tensor) -> torch.Tensor:
         return self._sim(img, txt)
+
+    def training_outputs(
+        self, features: torch.Tensor, texts: Sequence[str]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """What the loss compares: both sides in the joint space."""
+        return self.encode_images(features), self.encode_texts(texts)

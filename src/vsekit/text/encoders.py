@@ -34,6 +34,7 @@ class TextEncoderConfig:
     bidirectional: bool = False  # mean of both directions' final states
     glove: bool = False  # initialise known words from GloVe
     dropout: float = 0.0  # dropout on word embeddings
+    stopwords: bool = False  # vectorisers (bow, trigram, mean_glove): drop English stop words
 
 
 TEXT_ENCODERS: Registry[type[nn.Module]] = Registry("text encoder")
@@ -42,6 +43,8 @@ list_text_encoders = TEXT_ENCODERS.names
 
 
 def create_text_encoder(vocab: Vocabulary, cfg: TextEncoderConfig) -> nn.Module:
+    from . import vectorizers  # noqa: F401  (registers bow, trigram, mean_glove)
+
     return TEXT_ENCODERS.get(cfg.kind)(vocab, cfg)
 
 

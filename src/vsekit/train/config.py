@@ -24,7 +24,7 @@ class DataConfig:
     root: str = "../shared/data/flickr8k"  # dataset folder or file
     format: str | None = None  # dataset format (None: detect)
     store: str = "~/.cache/vsekit/stores/flickr8k-resnet50-c10"  # FeatureStore directory
-    features: str = "fne"  # fne | baseline | rmac | pooled: which image representation
+    features: str = "fne"  # fne | baseline | baseline_raw | rmac | pooled: image representation
     backbone: str = "resnet50"  # used if the store must be extracted
     crops: int = 10  # used if the store must be extracted
     weights: str = "auto"  # backbone weights if the store must be extracted ("auto": installed)
@@ -58,6 +58,10 @@ class TrainConfig:
     collapse_restart: bool = True  # restart once with a sum-loss warm-up (curriculum)
     patience: int = 0  # stop after this many epochs without improvement (0: never)
     max_minutes: float | None = None  # training time budget (evaluation included)
+    optimizer: str = "adam"  # adam (AdamW) | rmsprop | sgd | closed_form (linear w2vv only)
+    eps: float | None = None  # optimizer epsilon (None: PyTorch's default)
+    rmsprop_rho: float = 0.9  # RMSprop decay of the squared-gradient average
+    ridge: float = 0.0  # closed_form: L2 penalty on the weights (not the bias)
     eval_batch: int = 1024
     seed: int = 0
     device: str | None = None  # None: CUDA if present, else CPU
@@ -94,6 +98,11 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             except ConfigError:
                 pass
         raise ConfigError(f"{where}: expected {tp}, got {value!r}")
+    if origin is list:
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        (item,) = typing.get_args(tp) or (Any,)
+        return [_coerce(v, item, f"{where}[{k}]") for k, v in enumerate(value)]
     if dataclasses.is_dataclass(tp):
         return from_dict(tp, value, where)
     if tp is float and isinstance(value, int | float) and not isinstance(value, bool):
@@ -144,9 +153,9 @@ def load_config(path: str | Path) -> ExperimentConfig:
 def validate(cfg: ExperimentConfig, where: str = "config") -> None:
     checks = [
         (
-            cfg.data.features in ("fne", "baseline", "rmac", "pooled"),
+            cfg.data.features in ("fne", "baseline", "baseline_raw", "rmac", "pooled"),
             "data.features",
-            "fne | baseline | rmac | pooled",
+            "fne | baseline | baseline_raw | rmac | pooled",
         ),
         (cfg.train.captions in ("one", "all"), "train.captions", "one | all"),
         (

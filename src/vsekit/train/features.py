@@ -46,15 +46,21 @@ def ensure_store(cfg: DataConfig, ds: Dataset, progress: bool = True) -> Feature
 
 
 def image_features(store: FeatureStore, kind: str, ids: list[str]) -> np.ndarray:
-    """``[len(ids), F]``: ``fne`` (int8), ``baseline`` (L2-normalised one-layer),
-    ``rmac`` or ``pooled`` (raw) rows for the given image ids."""
+    """``[len(ids), F]`` rows for the given image ids: ``fne`` (int8), ``baseline``
+    (L2-normalised one-layer), ``baseline_raw`` (the same, not normalised), ``rmac`` or
+    ``pooled`` (every layer, raw)."""
     rows = store.rows_for(ids)
     if kind == "fne":
         return np.asarray(store.fne[rows])
     if kind == "baseline":
         return store.baseline()[rows]
+    if kind == "baseline_raw":  # the one-layer features before L2 normalisation
+        sl = store.layer_slices()[store.meta["baseline_layer"]]
+        return np.asarray(store.pooled[rows][:, sl])
     if kind == "rmac":
         return np.asarray(store.rmac[rows])
     if kind == "pooled":
         return np.asarray(store.pooled[rows])
-    raise ValueError(f"unknown feature kind {kind!r}; use fne | baseline | rmac | pooled")
+    raise ValueError(
+        f"unknown feature kind {kind!r}; use fne | baseline | baseline_raw | rmac | pooled"
+    )

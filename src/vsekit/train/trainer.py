@@ -26,7 +26,7 @@ from ..data import Dataset, Vocabulary, load_dataset, tokenize
 from ..eval.model_eval import evaluate_model
 from ..features.store import StoreError
 from ..losses import create_loss
-from ..models.joint import JointEmbedding
+from ..models.factory import create_model
 from . import checkpoint as ckpt
 from .config import ExperimentConfig
 from .features import ensure_store, image_features
@@ -100,6 +100,27 @@ def epoch_pairs(c2i: np.ndarray, n_images: int, mode: str, rng: np.random.Genera
     return pairs[rng.permutation(len(pairs))]
 
 
+HINGE_LOSSES = ("sum_hinge", "max_hinge")
+
+
+def make_optimizer(model: torch.nn.Module, t) -> torch.optim.Optimizer:
+    """``train.optimizer``: adam (AdamW), rmsprop (Word2VisualVec: rho 0.9, eps 1e-6),
+    sgd, or closed_form (ridge regression, solved once; the optimizer is then unused)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    eps = {} if t.eps is None else {"eps": t.eps}
+    if t.optimizer in ("adam", "closed_form"):
+        return torch.optim.AdamW(params, lr=t.lr, weight_decay=t.weight_decay, **eps)
+    if t.optimizer == "rmsprop":
+        return torch.optim.RMSprop(
+            params, lr=t.lr, alpha=t.rmsprop_rho, weight_decay=t.weight_decay, **eps
+        )
+    if t.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=t.lr, momentum=0.9, weight_decay=t.weight_decay)
+    raise ValueError(
+        f"train.optimizer: unknown {t.optimizer!r}; use adam | rmsprop | sgd | closed_form"
+    )
+
+
 class Trainer:
     """Runs one experiment in ``run_dir``; ``fit()`` trains, resuming if asked."""
 
@@ -112,20 +133,20 @@ class Trainer:
         if t.threads:
             torch.set_num_threads(t.threads)
         self.device = torch.device(t.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self._hinge = cfg.loss.name in HINGE_LOSSES
 
     # ------------------------------------------------------------ setup
-    def _new_model(self, seed: int) -> tuple[JointEmbedding, torch.optim.Optimizer]:
+    def _new_model(self, seed: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
         torch.manual_seed(seed)
-        model = JointEmbedding(self.data.train_feats.shape[1], self.data.vocab, self.cfg.model)
+        model = create_model(self.data.train_feats.shape[1], self.data.vocab, self.cfg.model)
         model.to(self.device)
-        opt = torch.optim.AdamW(
-            model.parameters(), lr=self.cfg.train.lr, weight_decay=self.cfg.train.weight_decay
-        )
-        return model, opt
+        return model, make_optimizer(model, self.cfg.train)
 
     def _loss(self, phase: str) -> torch.nn.Module:
         m = self.cfg.model
         name = {"sum": "sum_hinge", "max": "max_hinge"}.get(phase, self.cfg.loss.name)
+        if name not in HINGE_LOSSES:
+            return create_loss(name)
         return create_loss(name, margin=self.cfg.loss.margin, similarity=m.similarity, abs=m.abs)
 
     def _initial_phase(self, curriculum: str) -> str:
@@ -181,7 +202,10 @@ class Trainer:
             self._set_lr(opt, state, epoch)
             loss_fn = self._loss(state["phase"])
             pairs = epoch_pairs(self.data.train_c2i, n_img, t.captions, rng)
-            mean_loss = self._train_epoch(model, opt, loss_fn, pairs, epoch)
+            if t.optimizer == "closed_form":
+                mean_loss = self._closed_form(model, pairs)
+            else:
+                mean_loss = self._train_epoch(model, opt, loss_fn, pairs, epoch)
             metrics = evaluate_model(
                 model,
                 self.data.dev_feats,
@@ -219,12 +243,14 @@ class Trainer:
                 state["events"].append(
                     {"epoch": epoch, "event": "collapsed", "best_rsum": state["best_rsum"]}
                 )
-                if t.collapse_restart and state["restarts"] == 0:
+                if t.collapse_restart and state["restarts"] == 0 and self._hinge:
                     model, opt, rng = self._restart(state)
                     continue
                 state["collapsed"] = True
                 ckpt.save_epoch(self.run, epoch, model, opt, rng, state, best=False)
                 break
+            if t.optimizer == "closed_form":
+                break  # solved exactly: another epoch would give the same weights
             if t.patience and state["bad_epochs"] >= t.patience and state["phase"] != "sum":
                 state["events"].append({"epoch": epoch, "event": "early stop"})
                 break
@@ -289,8 +315,9 @@ class Trainer:
             b = pairs[a : a + bs]
             if len(b) < 2:
                 continue  # a lone pair has no negatives
-            img = model.encode_images(feats[torch.from_numpy(b[:, 0])])
-            txt = model.encode_texts([texts[j] for j in b[:, 1]])
+            img, txt = model.training_outputs(
+                feats[torch.from_numpy(b[:, 0])], [texts[j] for j in b[:, 1]]
+            )
             loss = loss_fn(img, txt)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -301,6 +328,23 @@ class Trainer:
             n += len(b)
             bar.set_postfix(loss=f"{float(loss.detach()):.3f}")
         return total / max(n, 1)
+
+    def _closed_form(self, model, pairs: np.ndarray) -> float:
+        """Ridge regression on every pair of the epoch in one solve; returns the train MSE."""
+        model.eval()
+        feats, texts, bs = self.data.train_feats, self.data.train_texts, 4096
+
+        def batches():
+            for a in range(0, len(pairs), bs):
+                b = pairs[a : a + bs]
+                yield feats[torch.from_numpy(b[:, 0])].float(), [texts[j] for j in b[:, 1]]
+
+        model.fit_closed_form(batches(), self.cfg.train.ridge)
+        loss_fn, total = create_loss("mse"), 0.0
+        with torch.no_grad():
+            for f, tx in batches():
+                total += float(loss_fn(*model.training_outputs(f, tx))) * len(tx)
+        return total / max(len(pairs), 1)
 
     # ------------------------------------------------------------ logs
     def _log(self, row: dict) -> None:
@@ -359,7 +403,7 @@ def train(
     return Trainer(cfg, data, run, progress).fit(resume=resume)
 
 
-def load_run(run_dir: str | Path, which: str = "best") -> tuple[JointEmbedding, dict]:
+def load_run(run_dir: str | Path, which: str = "best") -> tuple[torch.nn.Module, dict]:
     """A trained model (best or last checkpoint) and its saved config JSON."""
     from .config import from_dict
 
@@ -367,6 +411,6 @@ def load_run(run_dir: str | Path, which: str = "best") -> tuple[JointEmbedding, 
     meta = json.loads((run / "config.json").read_text())
     cfg = from_dict(ExperimentConfig, meta["config"])
     vocab = Vocabulary.load(run / "vocab.json")
-    model = JointEmbedding(meta["img_dim"], vocab, cfg.model)
+    model = create_model(meta["img_dim"], vocab, cfg.model)
     ckpt.load_model_weights(model, ckpt.load_pointer(run, which))
     return model.eval(), meta

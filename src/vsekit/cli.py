@@ -254,6 +254,12 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--split", default="dev")
     e.add_argument("--protocol", choices=("full", "1k5fold", "5k"), default="full")
     e.add_argument("--checkpoint", choices=("best", "last"), default="best")
+    e.add_argument(
+        "--queries",
+        choices=("caption", "image"),
+        default="caption",
+        help="image: one text query per image, the mean of its captions (baseline + weight)",
+    )
     e.add_argument("--data-root", help="override the dataset folder of the run's config")
     e.add_argument("--store", help="override the FeatureStore of the run's config")
     e.add_argument("--json", action="store_true")
@@ -312,7 +318,9 @@ def _eval(args: argparse.Namespace) -> int:
             f"vse: warning: {store.path} is not the store this run was trained on", file=sys.stderr
         )
     feats = image_features(store, data.features, [im.id for im in ds.images])
-    m = evaluate_model(model, feats, ds.texts, ds.caption_to_image, protocol=args.protocol)
+    m = evaluate_model(
+        model, feats, ds.texts, ds.caption_to_image, protocol=args.protocol, queries=args.queries
+    )
     print(json.dumps(m, indent=2) if args.json else format_table(m))
     return 0
 

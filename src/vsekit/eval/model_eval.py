@@ -32,6 +32,16 @@ def encode_all(
     return img, txt
 
 
+def pool_per_image(txt: torch.Tensor, caption_to_image, normalize: bool) -> torch.Tensor:
+    """``[n_images, D]``: the mean of each image's caption embeddings (the caption
+    report's "baseline + weight" query), re-normalised for cosine models."""
+    c2i = torch.as_tensor(np.asarray(caption_to_image), dtype=torch.long, device=txt.device)
+    n = int(c2i.max()) + 1
+    sums = torch.zeros(n, txt.shape[1], device=txt.device).index_add_(0, c2i, txt.float())
+    mean = sums / torch.bincount(c2i, minlength=n).clamp(min=1)[:, None]
+    return torch.nn.functional.normalize(mean, dim=1) if normalize else mean
+
+
 def evaluate_model(
     model,
     features,
@@ -39,12 +49,33 @@ def evaluate_model(
     caption_to_image,
     protocol: str = "full",
     batch: int = 1024,
+    queries: str = "caption",
 ) -> dict[str, float]:
     """Retrieval metrics of ``model`` (``encode_images``/``encode_texts``/``similarity``)
-    on image ``features[N, F]`` and their captions."""
+    on image ``features[N, F]`` and their captions.
+
+    ``queries="image"`` pools each image's captions into one text query first (see
+    :func:`pool_per_image`); the metrics then have one caption per image.
+    """
     img, txt = encode_all(model, features, texts, batch)
+    if queries == "image":
+        normalize = getattr(model.cfg, "similarity", "cosine") == "cosine"
+        txt = pool_per_image(txt, caption_to_image, normalize)
+        caption_to_image = np.arange(len(txt))
+    elif queries != "caption":
+        raise ValueError(f"queries: use caption | image, not {queries!r}")
     if protocol == "full":
         return retrieval_metrics_from_embeddings(img, txt, caption_to_image, model.similarity)
     with torch.inference_mode():
         sims = torch.cat([model.similarity(img[a : a + 256], txt) for a in range(0, len(img), 256)])
     return evaluate_protocol(sims.cpu().numpy(), caption_to_image, protocol)
+
+
+def caption_ranks(model, features, texts: Sequence[str], caption_to_image) -> np.ndarray:
+    """``[n_captions]`` 1-based rank of each caption's image among all images."""
+    from .retrieval import retrieval_ranks
+
+    img, txt = encode_all(model, features, texts)
+    with torch.inference_mode():
+        sims = torch.cat([model.similarity(img[a : a + 256], txt) for a in range(0, len(img), 256)])
+    return retrieval_ranks(sims, caption_to_image)[1]

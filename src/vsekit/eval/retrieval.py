@@ -131,6 +131,13 @@ def _matrix_rows(sims) -> tuple[RowBlock, int, int]:
     return rows, int(sims.shape[0]), int(sims.shape[1])
 
 
+def retrieval_ranks(sims, caption_to_image) -> tuple[np.ndarray, np.ndarray]:
+    """``(i2t_ranks[n_images], t2i_ranks[n_captions])``, 1-based, pessimistic on ties."""
+    rows, n_img, n_cap = _matrix_rows(sims)
+    c2i = _as_index(caption_to_image, n_img, n_cap)
+    return ranks_from_rows(rows, c2i, n_img)
+
+
 def retrieval_metrics(sims, caption_to_image) -> dict[str, float]:
     """R@1/5/10, median and mean rank in both directions, and rsum.
 

@@ -307,3 +307,32 @@ def test_default_model_is_small():
 
     size = sum(f.stat().st_size for f in default_model_dir().iterdir())
     assert size <= 25 * 1024 * 1024
+
+
+def test_cli_index_search_annotate(tmp_path, capsys):
+    import json
+
+    from vsekit.cli import main
+
+    bundle = make_tiny_model().save(tmp_path / "bundle")
+    photos = tmp_path / "photos"
+    for i in range(5):
+        write_image(photos / f"{i}.jpg", seed=i)
+    (photos / "bad.png").write_text("nope")
+    idx = str(tmp_path / "idx")
+    assert main(["index", str(photos), "--model", str(bundle), "--index", idx, "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "bad.png" in out and "5 added" in out and "1 failed" in out
+    assert main(["search", "a red car", "--index", idx, "--k", "3", "--json"]) == 0
+    hits = json.loads(capsys.readouterr().out)
+    assert len(hits) == 3 and all(Path(h["path"]).parent == photos for h in hits)
+    assert main(["search", "--image", str(photos / "2.jpg"), "--index", idx, "--k", "1"]) == 0
+    assert capsys.readouterr().out.split()[-1].endswith("2.jpg")
+    assert main(["search", "dog", "--index", idx, "--k", "0"]) == 2
+    assert "k: must be between" in capsys.readouterr().err
+    assert main(["search", "--index", idx]) == 2
+    assert main(["annotate", str(photos / "1.jpg"), "--model", str(bundle), "--k", "2"]) == 0
+    assert len(capsys.readouterr().out.strip().splitlines()) == 2
+    other = make_tiny_model(seed=5).save(tmp_path / "other")
+    assert main(["index", str(photos), "--model", str(other), "--index", idx]) == 2
+    assert "built with model" in capsys.readouterr().err

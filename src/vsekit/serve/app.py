@@ -171,6 +171,7 @@ def create_app(coll: Collection, model: EmbeddingModel, method: str = "auto") ->
         if data is None:
             try:
                 with Image.open(path) as im:
+                    im.draft("RGB", (2 * THUMB_SIZE, 2 * THUMB_SIZE))  # JPEG: decode small
                     im = ImageOps.exif_transpose(im).convert("RGB")
                     im.thumbnail((THUMB_SIZE, THUMB_SIZE))
                     buf = io.BytesIO()

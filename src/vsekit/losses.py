@@ -24,8 +24,15 @@ register_loss = LOSSES.register
 list_losses = LOSSES.names
 
 
-def create_loss(name: str, **kwargs) -> nn.Module:
-    return LOSSES.get(name)(**kwargs)
+def create_loss(name: str, **offered) -> nn.Module:
+    """The loss ``name``, given those of the ``offered`` keyword arguments its constructor
+    takes (a trainer offers the whole loss/model config; each loss picks its own)."""
+    import inspect
+
+    cls = LOSSES.get(name)
+    params = inspect.signature(cls.__init__).parameters
+    named = {k for k, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return cls(**{k: v for k, v in offered.items() if k in named - {"self"}})
 
 
 class ContrastiveHinge(nn.Module):

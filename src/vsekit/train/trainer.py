@@ -13,6 +13,7 @@ by default restarted once with a sum-loss warm-up.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -44,6 +45,58 @@ class TrainData:
     dev_c2i: np.ndarray
     vocab: Vocabulary
     store_fingerprint: str = ""
+
+    # -- the task interface the Trainer uses (tag ranking implements the same) --------
+    select = "rsum"  # dev metric that picks the best checkpoint
+    collapse_metric = "rsum"  # the paper's "has not started learning" criterion uses it
+
+    @property
+    def img_dim(self) -> int:
+        return int(self.train_feats.shape[1])
+
+    def new_model(self, cfg) -> torch.nn.Module:
+        return create_model(self.img_dim, self.vocab, cfg)
+
+    def epoch_batches(self, mode: str, batch_size: int, rng: np.random.Generator):
+        """Index batches of one epoch: ``[B, 2]`` (image, caption) rows."""
+        pairs = epoch_pairs(self.train_c2i, len(self.train_feats), mode, rng)
+        return [pairs[a : a + batch_size] for a in range(0, len(pairs), batch_size)]
+
+    def batch_loss(self, model, loss_fn, b: np.ndarray) -> torch.Tensor:
+        img, txt = model.training_outputs(
+            self.train_feats[torch.from_numpy(b[:, 0])], [self.train_texts[j] for j in b[:, 1]]
+        )
+        return loss_fn(img, txt)
+
+    def evaluate(self, model, batch: int = 1024) -> dict[str, float]:
+        return evaluate_model(model, self.dev_feats, self.dev_texts, self.dev_c2i, batch=batch)
+
+    @staticmethod
+    def summary(row: dict) -> str:
+        return (
+            f"dev rsum {row['rsum']:.1f}  (i2t R@1 {row['i2t_r1']:.1f}, "
+            f"t2i R@1 {row['t2i_r1']:.1f})"
+        )
+
+    def closed_form(self, model, batches, ridge: float) -> float:
+        """Ridge regression on every pair of the epoch in one solve; returns train MSE."""
+        model.eval()
+        pairs = np.concatenate(batches) if batches else np.zeros((0, 2), np.int64)
+
+        def chunks(bs: int = 4096):
+            for a in range(0, len(pairs), bs):
+                b = pairs[a : a + bs]
+                yield (
+                    self.train_feats[torch.from_numpy(b[:, 0])].float(),
+                    [self.train_texts[j] for j in b[:, 1]],
+                )
+
+        model.fit_closed_form(chunks(), ridge)
+        loss_fn, total = create_loss("mse"), 0.0
+        with torch.no_grad():
+            for f, tx in chunks():
+                total += float(loss_fn(*model.training_outputs(f, tx))) * len(tx)
+        return total / max(len(pairs), 1)
 
     @classmethod
     def from_datasets(
@@ -138,16 +191,16 @@ class Trainer:
     # ------------------------------------------------------------ setup
     def _new_model(self, seed: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
         torch.manual_seed(seed)
-        model = create_model(self.data.train_feats.shape[1], self.data.vocab, self.cfg.model)
+        model = self.data.new_model(self.cfg.model)
         model.to(self.device)
         return model, make_optimizer(model, self.cfg.train)
 
     def _loss(self, phase: str) -> torch.nn.Module:
         m = self.cfg.model
         name = {"sum": "sum_hinge", "max": "max_hinge"}.get(phase, self.cfg.loss.name)
-        if name not in HINGE_LOSSES:
-            return create_loss(name)
-        return create_loss(name, margin=self.cfg.loss.margin, similarity=m.similarity, abs=m.abs)
+        offered = {k: v for k, v in dataclasses.asdict(self.cfg.loss).items() if k != "name"}
+        offered.update(similarity=m.similarity, abs=m.abs)
+        return create_loss(name, **offered)
 
     def _initial_phase(self, curriculum: str) -> str:
         if curriculum == "sum_then_max":
@@ -160,11 +213,11 @@ class Trainer:
         cfg = self.cfg.to_dict()
         meta = {
             "config": cfg,
-            "img_dim": int(self.data.train_feats.shape[1]),
+            "img_dim": self.data.img_dim,
             "store_fingerprint": self.data.store_fingerprint,
         }
         ckpt.atomic_write_text(self.run / "config.json", json.dumps(meta, indent=2))
-        self.data.vocab.save(self.run / "vocab.json")
+        self.data.vocab.save(self.run / "vocab.json")  # words (or, for tag models, tags)
 
     # ------------------------------------------------------------ loop
     def fit(self, resume: bool = False) -> dict:
@@ -187,7 +240,7 @@ class Trainer:
                 "epoch": -1,
                 "phase": self._initial_phase(t.curriculum),
                 "curriculum": t.curriculum,
-                "best_rsum": -1.0,
+                "best_score": -float("inf"),
                 "best_epoch": -1,
                 "bad_epochs": 0,
                 "restarts": 0,
@@ -196,27 +249,21 @@ class Trainer:
                 "events": [],
             }
         t0 = time.perf_counter() - state["seconds"]
-        n_img = len(self.data.train_feats)
         while state["epoch"] + 1 < t.epochs:
             epoch = state["epoch"] + 1
             self._set_lr(opt, state, epoch)
             loss_fn = self._loss(state["phase"])
-            pairs = epoch_pairs(self.data.train_c2i, n_img, t.captions, rng)
+            batches = self.data.epoch_batches(t.captions, t.batch_size, rng)
             if t.optimizer == "closed_form":
-                mean_loss = self._closed_form(model, pairs)
+                mean_loss = self.data.closed_form(model, batches, t.ridge)
             else:
-                mean_loss = self._train_epoch(model, opt, loss_fn, pairs, epoch)
-            metrics = evaluate_model(
-                model,
-                self.data.dev_feats,
-                self.data.dev_texts,
-                self.data.dev_c2i,
-                batch=t.eval_batch,
-            )
+                mean_loss = self._train_epoch(model, opt, loss_fn, batches, epoch)
+            metrics = self.data.evaluate(model, t.eval_batch)
             state["seconds"] = time.perf_counter() - t0
-            improved = metrics["rsum"] > state["best_rsum"]
+            score = metrics[self.data.select]
+            improved = score > state["best_score"]
             if improved:
-                state.update(best_rsum=metrics["rsum"], best_epoch=epoch, bad_epochs=0)
+                state.update(best_score=score, best_epoch=epoch, bad_epochs=0)
             else:
                 state["bad_epochs"] += 1
             state.update(epoch=epoch, metrics=metrics)
@@ -237,11 +284,15 @@ class Trainer:
             if state["curriculum"] == "sum_then_max" and state["phase"] == "sum" and sum_done:
                 state.update(phase="max", bad_epochs=0)
                 state["events"].append({"epoch": epoch, "event": "switch to max_hinge"})
-            collapsed = epoch + 1 == t.collapse_epochs and state["best_rsum"] < t.collapse_rsum
+            collapsed = (
+                self.data.collapse_metric is not None
+                and epoch + 1 == t.collapse_epochs
+                and state["best_score"] < t.collapse_rsum
+            )
             ckpt.save_epoch(self.run, epoch, model, opt, rng, state, best=improved)
             if collapsed:
                 state["events"].append(
-                    {"epoch": epoch, "event": "collapsed", "best_rsum": state["best_rsum"]}
+                    {"epoch": epoch, "event": "collapsed", "best_rsum": state["best_score"]}
                 )
                 if t.collapse_restart and state["restarts"] == 0 and self._hinge:
                     model, opt, rng = self._restart(state)
@@ -282,7 +333,7 @@ class Trainer:
             curriculum="sum_then_max",
             phase="sum",
             bad_epochs=0,
-            best_rsum=-1.0,
+            best_score=-float("inf"),
             best_epoch=-1,
             epoch=-1,
         )
@@ -297,28 +348,21 @@ class Trainer:
         for g in opt.param_groups:
             g["lr"] = lr
 
-    def _train_epoch(self, model, opt, loss_fn, pairs: np.ndarray, epoch: int) -> float:
+    def _train_epoch(self, model, opt, loss_fn, batches: list, epoch: int) -> float:
         model.train()
         t, total, n = self.cfg.train, 0.0, 0
-        feats, texts = self.data.train_feats, self.data.train_texts
-        bs = t.batch_size
-        starts = range(0, len(pairs), bs)
         bar = tqdm(
-            starts,
+            batches,
             desc=f"epoch {epoch}",
             unit="batch",
             disable=not self.progress,
             dynamic_ncols=True,
             leave=False,
         )
-        for a in bar:
-            b = pairs[a : a + bs]
+        for b in bar:
             if len(b) < 2:
                 continue  # a lone pair has no negatives
-            img, txt = model.training_outputs(
-                feats[torch.from_numpy(b[:, 0])], [texts[j] for j in b[:, 1]]
-            )
-            loss = loss_fn(img, txt)
+            loss = self.data.batch_loss(model, loss_fn, b)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if t.grad_clip:
@@ -329,23 +373,6 @@ class Trainer:
             bar.set_postfix(loss=f"{float(loss.detach()):.3f}")
         return total / max(n, 1)
 
-    def _closed_form(self, model, pairs: np.ndarray) -> float:
-        """Ridge regression on every pair of the epoch in one solve; returns the train MSE."""
-        model.eval()
-        feats, texts, bs = self.data.train_feats, self.data.train_texts, 4096
-
-        def batches():
-            for a in range(0, len(pairs), bs):
-                b = pairs[a : a + bs]
-                yield feats[torch.from_numpy(b[:, 0])].float(), [texts[j] for j in b[:, 1]]
-
-        model.fit_closed_form(batches(), self.cfg.train.ridge)
-        loss_fn, total = create_loss("mse"), 0.0
-        with torch.no_grad():
-            for f, tx in batches():
-                total += float(loss_fn(*model.training_outputs(f, tx))) * len(tx)
-        return total / max(len(pairs), 1)
-
     # ------------------------------------------------------------ logs
     def _log(self, row: dict) -> None:
         with open(self.run / "metrics.jsonl", "a", encoding="utf-8") as f:
@@ -353,8 +380,7 @@ class Trainer:
         if self.progress:
             print(
                 f"epoch {row['epoch']:>3} [{row['phase']}] loss {row['loss']:.4f}  "
-                f"dev rsum {row['rsum']:.1f}  (i2t R@1 {row['i2t_r1']:.1f}, "
-                f"t2i R@1 {row['t2i_r1']:.1f})  {row['seconds']:.0f}s",
+                f"{self.data.summary(row)}  {row['seconds']:.0f}s",
                 flush=True,
             )
 
@@ -376,8 +402,9 @@ class Trainer:
         rows = [json.loads(r) for r in f.read_text().splitlines()]
         ep = [r["epoch"] for r in rows]
         fig, ax = plt.subplots(1, 2, figsize=(9, 3.2))
-        ax[0].plot(ep, [r["rsum"] for r in rows], marker="o")
-        ax[0].set(xlabel="epoch", ylabel="dev rsum", title=self.cfg.name)
+        key = self.data.select
+        ax[0].plot(ep, [r[key] for r in rows], marker="o")
+        ax[0].set(xlabel="epoch", ylabel=f"dev {key}", title=self.cfg.name)
         ax[1].plot(ep, [r["loss"] for r in rows], marker="o", color="C1")
         ax[1].set(xlabel="epoch", ylabel="train loss")
         fig.tight_layout()

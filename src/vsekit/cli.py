@@ -326,7 +326,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------- entry point
-from . import search_cli  # noqa: E402, F401  (registers model/index/search/annotate/serve)
+from . import search_cli, tags_cli  # noqa: E402, F401  (register more commands)
 
 
 def build_parser() -> argparse.ArgumentParser:

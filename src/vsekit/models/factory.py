@@ -11,12 +11,14 @@ from torch import nn
 
 from ..data.vocab import Vocabulary
 from ..registry import Registry
+from ..tags.model import BilinearTagger
 from .joint import JointConfig, JointEmbedding
 from .w2vv import Word2VisualVec
 
 MODELS: Registry[type[nn.Module]] = Registry("model")
 MODELS.register("joint")(JointEmbedding)
 MODELS.register("w2vv")(Word2VisualVec)
+MODELS.register("bilinear")(BilinearTagger)
 
 
 def create_model(img_dim: int, vocab: Vocabulary, cfg: JointConfig) -> nn.Module:

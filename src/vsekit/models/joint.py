@@ -26,7 +26,7 @@ from ..text.encoders import TextEncoderConfig, create_text_encoder
 class JointConfig:
     """The model section of a config (every registered model kind reads it)."""
 
-    kind: str = "joint"  # joint (UVS / VSE++ / order) | w2vv (Word2VisualVec, regression)
+    kind: str = "joint"  # joint (UVS / VSE++ / order) | w2vv (W2VV, regression) | bilinear (tags)
     text: TextEncoderConfig = field(default_factory=TextEncoderConfig)
     similarity: str = "cosine"  # cosine | order | euclidean
     abs: bool = False  # order similarity on absolute values (order embeddings)

@@ -35,8 +35,17 @@ class DataConfig:
 
 @dataclass
 class LossConfig:
-    name: str = "max_hinge"  # sum_hinge (L_S) | max_hinge (L_M)
-    margin: float = 0.2
+    name: str = "max_hinge"  # sum_hinge (L_S) | max_hinge (L_M) | mse | sje | listsje
+    margin: float = 0.2  # hinge losses: alpha
+    delta: str = "II"  # sje: structured term Delta^(I) or Delta^(II)
+    k_top: int = 5  # listsje: K_top
+
+
+@dataclass
+class TagConfig:
+    scheme: str = "nouns"  # nouns | compound
+    relevance: str = "alpha=0.75"  # loc | freq | alpha=A | syntactic[:alpha=A]
+    max_tags: int = 0  # keep at most this many ranked tags per image (0: all)
 
 
 @dataclass
@@ -71,10 +80,12 @@ class TrainConfig:
 @dataclass
 class ExperimentConfig:
     name: str = "experiment"
+    task: str = "retrieval"  # retrieval (image-text) | tags (tag ranking)
     data: DataConfig = field(default_factory=DataConfig)
     model: JointConfig = field(default_factory=JointConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    tags: TagConfig = field(default_factory=TagConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -158,6 +169,7 @@ def validate(cfg: ExperimentConfig, where: str = "config") -> None:
             "fne | baseline | baseline_raw | rmac | pooled",
         ),
         (cfg.train.captions in ("one", "all"), "train.captions", "one | all"),
+        (cfg.task in ("retrieval", "tags"), "task", "retrieval | tags"),
         (
             cfg.train.curriculum in ("none", "sum_then_max"),
             "train.curriculum",

@@ -419,10 +419,14 @@ def train(
 ) -> dict:
     """Load data (extracting features if the store is missing) and train."""
     run = Path(run_dir)
-    vocab = (
-        Vocabulary.load(run / "vocab.json") if resume and (run / "vocab.json").is_file() else None
-    )
-    data = load_train_data(cfg, vocab, progress)
+    if cfg.task == "tags":
+        from ..tags.training import load_tag_data
+
+        data = load_tag_data(cfg, progress)
+    else:
+        has_vocab = resume and (run / "vocab.json").is_file()
+        vocab = Vocabulary.load(run / "vocab.json") if has_vocab else None
+        data = load_train_data(cfg, vocab, progress)
     if resume and (run / "config.json").is_file():
         saved = json.loads((run / "config.json").read_text())
         if saved.get("store_fingerprint") != data.store_fingerprint:

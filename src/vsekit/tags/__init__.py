@@ -1,0 +1,1 @@
+"""Image tagging: ranked tags mined from captions and a bilinear SJE/ListSJE ranker."""

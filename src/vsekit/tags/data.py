@@ -1,0 +1,147 @@
+"""Tag ranking as a task of the shared trainer: image features, ranked tag lists, word
+vectors, and the dev evaluation (precision@1/5 with no distractors, selected on p@1)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..data.vocab import Vocabulary
+from ..models.factory import create_model
+from ..text.glove import load_glove
+from .metrics import precision_at_k
+
+PAD = 0
+
+
+def tag_vectors(tags: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """``([T, 50] vectors, [T] known)``: a tag's vector is the mean GloVe vector of its
+    words (compound nouns); tags with no known word are not ``known``."""
+    index, vectors = load_glove()
+    out = np.zeros((len(tags), vectors.shape[1]), np.float32)
+    known = np.zeros(len(tags), bool)
+    for k, t in enumerate(tags):
+        rows = [index[w] for w in t.split() if w in index]
+        if rows:
+            out[k] = np.asarray(vectors[sorted(rows)]).mean(axis=0)
+            known[k] = True
+    return out, known
+
+
+@dataclass
+class TagData:
+    """Tag ids index ``tags``; id 0 is padding. ``*_lists[n]``: image n's tags, best first."""
+
+    train_feats: torch.Tensor
+    train_lists: list[np.ndarray]
+    dev_feats: torch.Tensor
+    dev_lists: list[np.ndarray]
+    tags: list[str]  # tags[0] = "<pad>"
+    vectors: torch.Tensor  # [T, D]
+    vocab: Vocabulary  # the training tags with their counts (the default inference vocab)
+    store_fingerprint: str = ""
+    max_tags: int = 0  # keep at most this many tags per image (0: all)
+    eval_k: tuple[int, ...] = field(default=(1, 5))
+
+    select = "p1"
+    collapse_metric = None
+
+    @classmethod
+    def build(
+        cls,
+        train_feats,
+        train_tags: list[list[str]],
+        dev_feats,
+        dev_tags: list[list[str]],
+        fingerprint: str = "",
+        max_tags: int = 0,
+    ) -> TagData:
+        """From per-image ranked tag names; tags without a word vector are dropped."""
+        names = sorted({t for lst in train_tags + dev_tags for t in lst})
+        vecs, known = tag_vectors(names)
+        keep = [n for n, k in zip(names, known, strict=True) if k]
+        tags = ["<pad>", *keep]
+        ids = {t: i for i, t in enumerate(tags)}
+        vec = np.concatenate([np.zeros((1, vecs.shape[1]), np.float32), vecs[known]])
+
+        def lists(rows):
+            out = []
+            for lst in rows:
+                a = [ids[t] for t in lst if t in ids]
+                out.append(np.asarray(a[:max_tags] if max_tags else a, np.int64))
+            return out
+
+        counts = Counter(t for lst in train_tags for t in lst if t in ids)
+        vocab = Vocabulary(sorted(counts, key=lambda t: (-counts[t], t)), (), dict(counts))
+        return cls(
+            torch.as_tensor(np.asarray(train_feats)),
+            lists(train_tags),
+            torch.as_tensor(np.asarray(dev_feats)),
+            lists(dev_tags),
+            tags,
+            torch.from_numpy(vec),
+            vocab,
+            fingerprint,
+            max_tags,
+        )
+
+    # -- the trainer's task interface ------------------------------------------------
+    @property
+    def img_dim(self) -> int:
+        return int(self.train_feats.shape[1])
+
+    def new_model(self, cfg) -> torch.nn.Module:
+        return create_model(self.img_dim, self.vocab, cfg)
+
+    def epoch_batches(self, mode: str, batch_size: int, rng: np.random.Generator):
+        order = rng.permutation(len(self.train_lists))
+        return [order[a : a + batch_size] for a in range(0, len(order), batch_size)]
+
+    def padded(self, lists: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+        n = max((len(x) for x in lists), default=0)
+        ids = torch.full((len(lists), max(n, 1)), PAD, dtype=torch.long)
+        for r, x in enumerate(lists):
+            ids[r, : len(x)] = torch.from_numpy(x)
+        return ids, ids != PAD
+
+    def batch_loss(self, model, loss_fn, b: np.ndarray) -> torch.Tensor:
+        ids, mask = self.padded([self.train_lists[j] for j in b])
+        feats = self.train_feats[torch.from_numpy(np.asarray(b))]
+        scores = model.score_lists(feats, self.vectors[ids].to(model.device))
+        return loss_fn(scores, mask.to(model.device))
+
+    @torch.inference_mode()
+    def evaluate(self, model, batch: int = 1024, distractors: int = 0, seed: int = 0) -> dict:
+        """p@k of the dev images' own tags (+ ``distractors`` per image), and the random
+        ranker's; keys ``p1``, ``p5``, ``random_p1``, ``random_p5``."""
+        from .metrics import sample_distractors
+
+        was = model.training
+        model.eval()
+        rng = np.random.default_rng(seed)
+        extra = (
+            sample_distractors(self.dev_lists, len(self.tags), distractors, rng, exclude=(PAD,))
+            if distractors
+            else [np.zeros(0, np.int64)] * len(self.dev_lists)
+        )
+        pools = [np.concatenate([own, e]) for own, e in zip(self.dev_lists, extra, strict=True)]
+        scores = []
+        for a in range(0, len(pools), batch):
+            ids, _ = self.padded(pools[a : a + batch])
+            s = model.score_lists(self.dev_feats[a : a + batch], self.vectors[ids].to(model.device))
+            scores += [s[r, : len(p)].cpu().numpy() for r, p in enumerate(pools[a : a + batch])]
+        model.train(was)
+        out = {}
+        for k in self.eval_k:
+            p, r = precision_at_k(scores, [len(x) for x in self.dev_lists], k)
+            out[f"p{k}"], out[f"random_p{k}"] = 100 * p, 100 * r
+        return out
+
+    def summary(self, row: dict) -> str:
+        return f"dev p@1 {row['p1']:.1f}  p@5 {row['p5']:.1f}  (random {row['random_p1']:.1f})"
+
+    def closed_form(self, model, batches, ridge: float) -> float:
+        raise ValueError("train.optimizer: closed_form is for linear regression models only")

@@ -1,0 +1,22 @@
+"""Loading a tag-ranking experiment: features from the FeatureStore, tags mined from the
+captions (cached), aligned per split."""
+
+from __future__ import annotations
+
+from ..data import load_dataset
+from ..train.config import ExperimentConfig
+from ..train.features import ensure_store, image_features
+from .data import TagData
+from .mining import mine_tags
+
+
+def load_tag_data(cfg: ExperimentConfig, progress: bool = True) -> TagData:
+    ds = load_dataset(cfg.data.root, cfg.data.format)
+    store = ensure_store(cfg.data, ds, progress=progress)
+    mined = mine_tags(ds, cfg.tags.scheme, cfg.tags.relevance, progress=progress)
+    train, dev = ds.split(cfg.data.train_split), ds.split(cfg.data.dev_split)
+    tf = image_features(store, cfg.data.features, [im.id for im in train.images])
+    df = image_features(store, cfg.data.features, [im.id for im in dev.images])
+    names = [[t for t, _ in mined[im.id]] for im in train.images]
+    dev_names = [[t for t, _ in mined[im.id]] for im in dev.images]
+    return TagData.build(tf, names, df, dev_names, store.fingerprint(), cfg.tags.max_tags)

@@ -1,0 +1,258 @@
+"""Tag mining (relevance scores by hand), SJE/ListSJE against naive loops, precision@k
+and MAP/MiAP against naive implementations, and training through the shared trainer."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import write_image
+from vsekit.tags.data import TagData
+from vsekit.tags.metrics import map_and_miap, precision_at_k, sample_distractors
+from vsekit.tags.mining import (
+    Mention,
+    ParsedCaption,
+    parse_captions,
+    parse_relevance,
+    rank_tags,
+)
+from vsekit.tags.model import ListSJELoss, SJELoss
+
+
+def cap(n_words, nouns, height=3):
+    """nouns: (tag, position, depth)."""
+    ms = tuple(Mention(*m) for m in nouns)
+    return ParsedCaption(n_words, height, ms, ms)
+
+
+# "A dog runs on grass" / "Grass and a dog" / "The dog bites ."
+CAPS = [
+    cap(5, [("dog", 2, 1), ("grass", 5, 2)], height=2),
+    cap(4, [("grass", 1, 0), ("dog", 4, 1)], height=1),
+    cap(3, [("dog", 2, 1)], height=1),
+]
+
+
+def test_relevance_by_hand():
+    # r_loc(dog) = max(1-2/5, 1-4/4, 1-2/3) = 0.6 ; r_loc(grass) = max(1-5/5, 1-1/4) = 0.75
+    # |t| = 2 + 2 + 1 = 5 ; r_freq(dog) = 3/5, r_freq(grass) = 2/5
+    loc = dict(rank_tags(CAPS, "nouns", alpha=0.0))
+    assert loc == pytest.approx({"grass": 0.75, "dog": 0.6})
+    assert [t for t, _ in rank_tags(CAPS, "nouns", 0.0)] == ["grass", "dog"]
+    freq = dict(rank_tags(CAPS, "nouns", alpha=1.0))
+    assert freq == pytest.approx({"dog": 0.6, "grass": 0.4})
+    a = dict(rank_tags(CAPS, "nouns", alpha=0.75))
+    assert a == pytest.approx({"dog": 0.6, "grass": 0.75 * 0.4 + 0.25 * 0.75})
+    # syntactic: 1 - (depth+1)/(height+1): dog max(1-2/3, 1-2/2, 1-2/2) = 1/3,
+    # grass max(1-3/3, 1-1/2) = 1/2
+    syn = dict(rank_tags(CAPS, "nouns", alpha=0.0, syntactic=True))
+    assert syn == pytest.approx({"dog": 1 / 3, "grass": 0.5})
+
+
+def test_ties_are_broken_deterministically():
+    c = [cap(4, [("zebra", 1, 0), ("apple", 1, 0)])]  # same loc, same freq
+    assert [t for t, _ in rank_tags(c, "nouns", 0.5)] == ["apple", "zebra"]
+    # equal r_0.5 = 0.5 for a (loc .5, freq .5) and b (loc .75, freq .25): b, the higher
+    # r_loc, comes first although a sorts first alphabetically
+    c2 = [cap(2, [("a", 1, 0)]), cap(4, [("b", 1, 0)]), cap(4, [("a", 3, 0), ("z", 4, 0)])]
+    r = rank_tags(c2, "nouns", 0.5)
+    assert r == [("b", 0.5), ("a", 0.5), ("z", 0.125)]
+    assert rank_tags(list(reversed(c2)), "nouns", 0.5) == r
+
+
+def test_relevance_specs():
+    assert parse_relevance("loc") == (0.0, False)
+    assert parse_relevance("freq") == (1.0, False)
+    assert parse_relevance("alpha=0.25") == (0.25, False)
+    assert parse_relevance("syntactic") == (0.0, True)
+    assert parse_relevance("syntactic:alpha=0.5") == (0.5, True)
+    for bad in ["alpha=2", "alpha=x", "nope"]:
+        with pytest.raises(ValueError, match="relevance"):
+            parse_relevance(bad)
+
+
+def test_spacy_parses_the_papers_example_and_compounds():
+    dog, field = parse_captions(["The dog bites.", "A boy kicks a ball on the soccer field ."])
+    assert dog.n_words == 3
+    (m,) = [m for m in dog.nouns if m.tag == "dog"]
+    assert m.position / dog.n_words == pytest.approx(2 / 3)  # the paper's loc = 2/3
+    assert dict(rank_tags([dog], "nouns", 0.0))["dog"] == pytest.approx(1 / 3)
+    assert {m.tag for m in field.nouns} >= {"boy", "ball", "soccer", "field"}
+    comp = {m.tag: m for m in field.compounds}
+    assert "soccer field" in comp and "soccer" not in comp and "field" not in comp
+    assert comp["soccer field"].position == 8  # first word of the compound
+
+
+# ---------------------------------------------------------------- losses
+def naive_sje(s, n, delta):
+    out = 0.0
+    for row, m in zip(s, n, strict=True):
+        best = 0.0
+        for i in range(m):
+            d = (0.0 if i == 0 else 1.0) if delta == "I" else 1 - 1 / (i + 1)
+            best = max(best, d + row[i] - row[0])
+        out += best
+    return out / len(s)
+
+
+def naive_listsje(s, n, k_top):
+    out = 0.0
+    for row, m in zip(s, n, strict=True):
+        for k in range(min(k_top, m)):
+            for i in range(k + 1, m):
+                out += max(0.0, 1 - 1 / (i - k + 1) + row[i] - row[k])
+    return out / len(s)
+
+
+@pytest.mark.parametrize("delta", ["I", "II"])
+def test_sje_equals_naive_loop(delta):
+    rng = np.random.default_rng(0)
+    s = rng.normal(size=(6, 7))
+    n = [7, 1, 3, 5, 2, 6]
+    mask = torch.tensor([[j < m for j in range(7)] for m in n])
+    got = SJELoss(delta)(torch.tensor(s), mask)
+    assert float(got) == pytest.approx(naive_sje(s, n, delta))
+
+
+@pytest.mark.parametrize("k_top", [1, 3, 5, 10])
+def test_listsje_equals_naive_loop(k_top):
+    rng = np.random.default_rng(1)
+    s = rng.normal(size=(5, 8))
+    n = [8, 2, 1, 6, 4]
+    mask = torch.tensor([[j < m for j in range(8)] for m in n])
+    got = ListSJELoss(k_top)(torch.tensor(s), mask)
+    assert float(got) == pytest.approx(naive_listsje(s, n, k_top))
+
+
+# ---------------------------------------------------------------- metrics
+def naive_pk(pool_scores, n_own, k):
+    vals = []
+    for s, m in zip(pool_scores, n_own, strict=True):
+        idx = sorted(range(len(s)), key=lambda j: (-s[j], -j))  # ties: against the model
+        kk = min(k, m)
+        vals.append(len(set(idx[:k]) & set(range(kk))) / kk)
+    return float(np.mean(vals))
+
+
+def test_precision_at_k_equals_naive_and_random_reference():
+    rng = np.random.default_rng(2)
+    pools = [np.round(rng.normal(size=p), 1) for p in (3, 8, 12, 5)]  # rounding: ties
+    n_own = [3, 4, 2, 5]
+    for k in (1, 2, 5):
+        p, r = precision_at_k(pools, n_own, k)
+        assert p == pytest.approx(naive_pk(pools, n_own, k))
+        # the random reference: the mean over many random rankings
+        sims = [naive_pk([rng.random(len(x)) for x in pools], n_own, k) for _ in range(3000)]
+        assert r == pytest.approx(np.mean(sims), abs=0.02)
+    perfect = [np.arange(len(x))[::-1].astype(float) for x in pools]
+    assert precision_at_k(perfect, n_own, 5)[0] == 1.0
+
+
+def test_distractors_are_other_tags():
+    rng = np.random.default_rng(3)
+    own = [np.array([1, 2, 3]), np.array([4])]
+    d = sample_distractors(own, 12, 6, rng, exclude=(0,))
+    for o, x in zip(own, d, strict=True):
+        assert len(set(x)) == 6 and not (set(x) & set(o)) and 0 not in x
+    with pytest.raises(ValueError, match="distractors"):
+        sample_distractors(own, 5, 4, rng)
+
+
+def naive_ap(scores, rel):
+    idx = sorted(range(len(scores)), key=lambda j: (-scores[j], rel[j]))
+    hits, precs = 0, []
+    for rank, j in enumerate(idx, 1):
+        if rel[j]:
+            hits += 1
+            precs.append(hits / rank)
+    return np.mean(precs)
+
+
+def test_map_and_miap_equal_naive():
+    rng = np.random.default_rng(4)
+    s = np.round(rng.normal(size=(9, 6)), 1)
+    rel = rng.random((9, 6)) < 0.3
+    rel[:, 5] = False  # a tag nobody has: left out of MAP
+    rel[0, 0] = True
+    m, mi = map_and_miap(s, rel)
+    cols = [t for t in range(6) if rel[:, t].any()]
+    rows = [i for i in range(9) if rel[i].any()]
+    assert m == pytest.approx(np.mean([naive_ap(s[:, t], rel[:, t]) for t in cols]))
+    assert mi == pytest.approx(np.mean([naive_ap(s[i], rel[i]) for i in rows]))
+
+
+# ---------------------------------------------------------------- training
+WORDS = ["dog", "cat", "car", "tree", "ball", "man", "boat", "horse", "bike", "beach"]
+
+
+def planted_tags(n, seed):
+    """Features are a rank-weighted sum of the tags' GloVe vectors (plus noise), so a
+    bilinear W can recover both the tags and their order."""
+    from vsekit.tags.data import tag_vectors
+
+    vecs, _ = tag_vectors(WORDS)
+    rng = np.random.default_rng(seed)
+    lists, feats = [], []
+    for _ in range(n):
+        tags = list(rng.choice(len(WORDS), size=3, replace=False))
+        lists.append([WORDS[t] for t in tags])
+        f = 3 * vecs[tags[0]] + 2 * vecs[tags[1]] + vecs[tags[2]]
+        feats.append(np.concatenate([f, rng.normal(0, 0.1, size=14)]))
+    return np.asarray(feats, np.float32), lists
+
+
+@pytest.mark.parametrize("loss", [{"name": "sje", "delta": "II"}, {"name": "listsje", "k_top": 2}])
+def test_tag_ranker_trains_through_the_shared_trainer(tmp_path, loss):
+    from vsekit.models import JointConfig
+    from vsekit.train.config import DataConfig, ExperimentConfig, LossConfig, TrainConfig
+    from vsekit.train.trainer import Trainer, load_run
+
+    tf, tl = planted_tags(300, 0)
+    df, dl = planted_tags(100, 1)
+    data = TagData.build(tf, tl, df, dl)
+    cfg = ExperimentConfig(
+        name="tags", task="tags", data=DataConfig(), model=JointConfig(kind="bilinear"),
+        loss=LossConfig(**loss),
+        train=TrainConfig(epochs=15, batch_size=16, lr=1e-2, seed=0, threads=1,
+                          collapse_epochs=0),
+    )  # fmt: skip
+    res = Trainer(cfg, data, tmp_path / "run", progress=False).fit()
+    m = res["best_metrics"]
+    assert m["p1"] >= 80 and m["random_p1"] == pytest.approx(100 / 3), m
+    rows = [json.loads(r) for r in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["loss"] < rows[0]["loss"]
+    model, meta = load_run(tmp_path / "run")
+    assert meta["config"]["task"] == "tags" and set(model.vocab.itos) == set(WORDS)
+    # with distractors the model still beats the random ranker by far
+    d10 = data.evaluate(model, distractors=7)
+    assert d10["p1"] > 3 * d10["random_p1"]
+    from vsekit.tags.ranking import rank_vocabulary
+
+    ranked, unknown = rank_vocabulary(model, df[:1], [*WORDS, "zzqqxx"], k=3)
+    assert unknown == ["zzqqxx"] and ranked[0][0] == dl[0][0]
+
+
+def test_cli_tags_mine(tmp_path, capsys):
+    from vsekit.cli import main
+
+    root = tmp_path / "ds"
+    rows = []
+    for k, caps in enumerate([["A dog runs on the grass .", "The dog is black ."],
+                              ["A man rides a bike on the soccer field ."]]):  # fmt: skip
+        write_image(root / f"{k}.jpg", seed=k)
+        rows += [{"image": f"{k}.jpg", "caption": c, "split": "train"} for c in caps]
+    (root / "captions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "tags.json.gz"
+    args = ["tags", "mine", "--root", str(root), "--scheme", "compound", "--out", str(out)]
+    assert main([*args, "--relevance", "alpha=0.5"]) == 0
+    text = capsys.readouterr().out
+    assert "2 images" in text and "soccer field" in text
+    from vsekit.tags.mining import load_tags
+
+    meta, tags = load_tags(out)
+    assert meta["scheme"] == "compound" and tags["0.jpg"][0][0] == "dog"
+    assert main([*args, "--relevance", "alpha=7"]) == 2
+    assert "relevance" in capsys.readouterr().err

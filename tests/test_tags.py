@@ -233,6 +233,24 @@ def test_tag_ranker_trains_through_the_shared_trainer(tmp_path, loss):
 
     ranked, unknown = rank_vocabulary(model, df[:1], [*WORDS, "zzqqxx"], k=3)
     assert unknown == ["zzqqxx"] and ranked[0][0] == dl[0][0]
+    from vsekit.tags.evaluate import evaluate_tags
+
+    full = evaluate_tags(model, data, distractors=(0, 3))
+    assert set(full["predictability"]) == {"0", "3"} and full["vocab_tags"] == len(WORDS)
+    assert full["miap"] > 80 and 0 < full["map"] <= 100
+
+
+def test_config_overrides():
+    from vsekit.train.config import ConfigError, ExperimentConfig, apply_overrides
+
+    cfg = apply_overrides(
+        ExperimentConfig(), ["tags.scheme=compound", "loss.k_top=3", "model.hidden=[10, 5]"]
+    )
+    assert cfg.tags.scheme == "compound" and cfg.loss.k_top == 3 and cfg.model.hidden == [10, 5]
+    for bad, msg in [("loss.nope=1", "unknown field"), ("train.lr=abc", "train.lr"),
+                     ("task=other", "task"), ("novalue", "KEY=VALUE")]:  # fmt: skip
+        with pytest.raises(ConfigError, match=msg):
+            apply_overrides(ExperimentConfig(), [bad])
 
 
 def test_cli_tags_mine(tmp_path, capsys):

@@ -247,6 +247,13 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--store", help="override data.store (FeatureStore directory)")
     p.add_argument("--epochs", type=int, help="override train.epochs")
     p.add_argument("--max-minutes", type=float, help="override train.max_minutes")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override any config field, e.g. --set tags.scheme=compound (repeatable)",
+    )
     p.set_defaults(handler=_train)
 
     e = sub.add_parser("eval", help="evaluate a trained run on a split")
@@ -268,8 +275,9 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 
 def _train(args: argparse.Namespace) -> int:
     from .train import load_config, train
+    from .train.config import apply_overrides
 
-    cfg = load_config(args.config)
+    cfg = apply_overrides(load_config(args.config), args.set)
     if args.data_root:
         cfg.data.root = args.data_root
     if args.store:
@@ -282,9 +290,14 @@ def _train(args: argparse.Namespace) -> int:
     res = train(cfg, run, resume=args.resume)
     m = res["best_metrics"]
     state = "COLLAPSED (did not start learning)" if res["collapsed"] else "done"
+    best = (
+        f"p@1 {m.get('p1', float('nan')):.1f}"
+        if cfg.task == "tags"
+        else (f"rsum {m.get('rsum', float('nan')):.1f}")
+    )
     print(
         f"{run}: {state}; {res['epochs_run']} epochs in {res['seconds']} s; best epoch "
-        f"{res['best_epoch']} dev rsum {m.get('rsum', float('nan')):.1f}"
+        f"{res['best_epoch']} dev {best}"
     )
     return 3 if res["collapsed"] else 0
 
@@ -310,6 +323,8 @@ def _eval(args: argparse.Namespace) -> int:
     from .train.features import image_features
 
     model, meta = load_run(args.run, args.checkpoint)
+    if meta["config"].get("task") == "tags":
+        return _eval_tags(args, model, meta)
     data = from_dict(DataConfig, meta["config"]["data"], "data")
     ds = load_dataset(args.data_root or data.root, data.format).split(args.split)
     store = FeatureStore(os.path.expanduser(args.store or data.store))
@@ -322,6 +337,31 @@ def _eval(args: argparse.Namespace) -> int:
         model, feats, ds.texts, ds.caption_to_image, protocol=args.protocol, queries=args.queries
     )
     print(json.dumps(m, indent=2) if args.json else format_table(m))
+    return 0
+
+
+def _eval_tags(args: argparse.Namespace, model, meta: dict) -> int:
+    from .tags.evaluate import evaluate_tags
+    from .tags.training import load_tag_data
+    from .train.config import ExperimentConfig, from_dict
+
+    cfg = from_dict(ExperimentConfig, meta["config"])
+    cfg.data.dev_split = args.split
+    if args.data_root:
+        cfg.data.root = args.data_root
+    if args.store:
+        cfg.data.store = args.store
+    m = evaluate_tags(model, load_tag_data(cfg, progress=False))
+    if args.json:
+        print(json.dumps(m, indent=2))
+        return 0
+    print(
+        f"{'distractors':<12}" + "".join(f"{h:>10}" for h in ("p@1", "p@5", "rand p@1", "rand p@5"))
+    )
+    for d, r in m["predictability"].items():
+        vals = (r["p1"], r["p5"], r["random_p1"], r["random_p5"])
+        print(f"{d:<12}" + "".join(f"{v:>10.1f}" for v in vals))
+    print(f"MAP {m['map']:.1f}  MiAP {m['miap']:.1f}  over {m['vocab_tags']} tags")
     return 0
 
 

@@ -183,5 +183,26 @@ def validate(cfg: ExperimentConfig, where: str = "config") -> None:
             raise ConfigError(f"{where}: {name} must be {want}")
 
 
+def apply_overrides(cfg: ExperimentConfig, sets: list[str]) -> ExperimentConfig:
+    """``["tags.scheme=compound", "loss.k_top=3"]`` -> a new, validated config. Values
+    are read as YAML (``0.5``, ``true``, ``[1000]``); a wrong key or type names it."""
+    d = cfg.to_dict()
+    for item in sets:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. train.lr=0.001")
+        node, parts = d, key.split(".")
+        for p in parts[:-1]:
+            if not isinstance(node.get(p), dict):
+                raise ConfigError(f"--set {key}: no section {p!r}")
+            node = node[p]
+        if parts[-1] not in node:
+            raise ConfigError(f"--set {key}: unknown field {parts[-1]!r}")
+        node[parts[-1]] = yaml.safe_load(raw)
+    out = from_dict(ExperimentConfig, d)
+    validate(out, "--set")
+    return out
+
+
 def config_from_json(text: str) -> ExperimentConfig:
     return from_dict(ExperimentConfig, json.loads(text))

@@ -1,0 +1,166 @@
+"""Tag predictability on Flickr8k dev: the analogue of the tag-ranking paper's Tables 2-4.
+
+Grid: tag scheme {nouns, compound, syntactic (nouns ranked by dependency depth)} x
+alpha {0, .25, .5, .75, 1} x loss {SJE Delta(I), SJE Delta(II), ListSJE K_top=5}: 45
+bilinear rankers trained with configs/flickr8k-tags.yaml (ResNet-50 pool5, GloVe 50-d,
+Adam 1e-4, batch 16, 10 epochs) and the shared trainer, each scored by precision@1 and
+@5 of the dev images' own mined tags (no distractors; the best epoch on dev p@1 is kept,
+so these are dev figures in every sense). The best model is then evaluated with 0, 5, 10
+and 20 distractors per image for k = 1..10, beside the random ranker, plotted to
+tags_precision_vs_distractors.png, and by MAP/MiAP over the training tags.
+
+The paper's figures are COCO validation with VGG-19 and word2vec-300 features.
+
+Run: python benchmarks/tags_flickr8k.py [--epochs 10] [--threads 2]
+Writes benchmarks/tags_flickr8k.json, .md and tags_precision_vs_distractors.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import record  # noqa: E402
+
+from vsekit.tags.evaluate import evaluate_tags  # noqa: E402
+from vsekit.tags.training import load_tag_data  # noqa: E402
+from vsekit.train import load_config  # noqa: E402
+from vsekit.train.config import apply_overrides  # noqa: E402
+from vsekit.train.trainer import Trainer, load_run  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = ROOT / "runs" / "bench-tags"
+SCHEMES = {
+    "nouns": ("nouns", ""),
+    "compound": ("compound", ""),
+    "syntactic": ("nouns", "syntactic:"),
+}
+ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)
+LOSSES = {
+    "SJE D(I)": ["loss.name=sje", "loss.delta=I"],
+    "SJE D(II)": ["loss.name=sje", "loss.delta=II"],
+    "ListSJE K=5": ["loss.name=listsje", "loss.k_top=5"],
+}
+# Paper, Tables 2-4 (COCO val): p@1 and p@5 for alpha = 0 .. 1.
+PAPER = {
+    ("SJE D(I)", "nouns"): ((46.2, 57.5, 63.3, 64.6, 57.4), (68.8, 68.1, 67.9, 67.9, 66.3)),
+    ("SJE D(I)", "syntactic"): ((41.1, 62.0, 62.6, 63.5, 57.3), (68.1, 67.9, 68.1, 67.8, 66.3)),
+    ("SJE D(I)", "compound"): ((44.4, 55.6, 61.0, 61.6, 50.2), (69.5, 69.2, 69.2, 68.7, 64.4)),
+    ("SJE D(II)", "nouns"): ((48.1, 58.5, 64.0, 65.3, 58.7), (71.6, 71.2, 70.3, 70.0, 67.5)),
+    ("SJE D(II)", "syntactic"): ((43.9, 62.6, 63.1, 63.9, 58.6), (70.6, 70.2, 70.3, 69.8, 67.5)),
+    ("SJE D(II)", "compound"): ((46.4, 56.6, 61.6, 62.4, 52.1), (72.3, 71.7, 71.2, 70.6, 65.4)),
+    ("ListSJE K=5", "nouns"): ((46.6, 56.2, 62.5, 64.2, 57.9), (74.2, 74.1, 74.2, 73.9, 69.0)),
+    ("ListSJE K=5", "syntactic"): ((42.8, 60.9, 61.7, 62.7, 58.0), (73.0, 73.2, 73.3, 73.2, 69.0)),
+    ("ListSJE K=5", "compound"): ((44.9, 53.9, 59.7, 61.2, 50.9), (74.7, 74.7, 74.6, 74.1, 66.5)),
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument("--threads", type=int)
+    args = ap.parse_args()
+    base = load_config(ROOT / "configs" / "flickr8k-tags.yaml")
+    out_json = Path(__file__).with_suffix(".json")
+    old = json.loads(out_json.read_text()) if out_json.is_file() else {}
+    grid = old.get("grid", {})
+    t0 = time.perf_counter()
+    for scheme, (sch, prefix) in SCHEMES.items():
+        for alpha in ALPHAS:
+            rel = f"{prefix}alpha={alpha}"
+            data = None
+            for lname, sets in LOSSES.items():
+                key = f"{scheme}|{alpha}|{lname}"
+                if key in grid:
+                    continue
+                cfg = apply_overrides(base, [f"tags.scheme={sch}", f"tags.relevance={rel}",
+                                             f"train.epochs={args.epochs}", *sets])  # fmt: skip
+                cfg.train.threads = args.threads
+                data = data or load_tag_data(cfg, progress=False)
+                run = RUNS / key.replace("|", "_").replace(" ", "").replace("=", "")
+                shutil.rmtree(run, ignore_errors=True)
+                res = Trainer(cfg, data, run, progress=False).fit()
+                m = res["best_metrics"]
+                grid[key] = {"p1": m["p1"], "p5": m["p5"], "random_p1": m["random_p1"],
+                             "random_p5": m["random_p5"], "best_epoch": res["best_epoch"],
+                             "run": str(run.relative_to(ROOT))}  # fmt: skip
+                print(key, {k: round(v, 1) for k, v in m.items()}, flush=True)
+    best_key = max(grid, key=lambda k: grid[k]["p1"])
+    scheme, alpha, lname = best_key.split("|")
+    sch, prefix = SCHEMES[scheme]
+    cfg = apply_overrides(base, [f"tags.scheme={sch}", f"tags.relevance={prefix}alpha={alpha}",
+                                 *LOSSES[lname]])  # fmt: skip
+    data = load_tag_data(cfg, progress=False)
+    model, _ = load_run(ROOT / grid[best_key]["run"])
+    curves = {}
+    for d in (0, 5, 10, 20):
+        data.eval_k = tuple(range(1, 11))
+        curves[str(d)] = data.evaluate(model, distractors=d)
+    full = evaluate_tags(model, data)
+    plot(curves, Path(__file__).with_name("tags_precision_vs_distractors.png"), best_key)
+    out = record(out_json, {"epochs": args.epochs, "seconds": round(time.perf_counter() - t0),
+                            "grid": grid, "best": best_key, "best_curves": curves,
+                            "best_eval": full})  # fmt: skip
+    Path(__file__).with_suffix(".md").write_text(markdown(out))
+    print(markdown(out))
+
+
+def plot(curves: dict, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    ks = list(range(1, 11))
+    for n, (d, c) in enumerate(curves.items()):
+        ax.plot(ks, [c[f"p{k}"] for k in ks], marker="o", color=f"C{n}", label=f"{d} distractors")
+        ax.plot(ks, [c[f"random_p{k}"] for k in ks], ls="--", color=f"C{n}")
+    ax.set_xlabel("k")
+    ax.set_ylabel("precision@k (%)")
+    ax.set_title(f"Flickr8k dev, {title} (dashed: random)", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def markdown(out: dict) -> str:
+    grid = out["grid"]
+    head = "| loss | tags | metric | " + " | ".join(f"a={a}" for a in ALPHAS) + " |"
+    lines = [head, "|---|---|---|" + "---|" * len(ALPHAS)]
+    for lname in LOSSES:
+        for scheme in SCHEMES:
+            for mi, metric in enumerate(("p1", "p5")):
+                paper = PAPER[(lname, scheme)][mi]
+                cells = []
+                for a, p in zip(ALPHAS, paper, strict=True):
+                    r = grid.get(f"{scheme}|{a}|{lname}")
+                    cells.append(f"{r[metric]:.1f} ({p})" if r else f"- ({p})")
+                name = "p@1" if metric == "p1" else "p@5"
+                lines.append(f"| {lname} | {scheme} | {name} | " + " | ".join(cells) + " |")
+    rnd = np.mean([r["random_p1"] for r in grid.values()]) if grid else float("nan")
+    b = out["best_eval"]
+    pred = b["predictability"]
+    lines += [
+        "",
+        f"Random ranker, mean over the grid: p@1 {rnd:.1f}. Best model ({out['best']}): "
+        + ", ".join(
+            f"{d} distractors p@1 {v['p1']:.1f} / p@5 {v['p5']:.1f} "
+            f"(random {v['random_p1']:.1f} / {v['random_p5']:.1f})"
+            for d, v in pred.items()
+        )
+        + f"; MAP {b['map']:.1f}, MiAP {b['miap']:.1f} over {b['vocab_tags']} tags.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()

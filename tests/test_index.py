@@ -336,3 +336,23 @@ def test_cli_index_search_annotate(tmp_path, capsys):
     other = make_tiny_model(seed=5).save(tmp_path / "other")
     assert main(["index", str(photos), "--model", str(other), "--index", idx]) == 2
     assert "built with model" in capsys.readouterr().err
+
+
+def test_faiss_index_is_saved_and_reused(tmp_path):
+    photos = tmp_path / "p"
+    for i in range(30):
+        write_image(photos / f"{i}.png", seed=i)
+    coll = Collection(tmp_path / "idx", INFO)
+    coll.update(photos, CountingEmbedder(), progress=False)
+    q = CountingEmbedder()([Image.open(photos / "3.png").convert("RGB")])
+    exact = coll.search(q, k=5, method="exact")[0]
+    first = coll.search(q, k=5, method="faiss")[0]
+    saved = list((tmp_path / "idx").glob("faiss-*.index"))
+    assert len(saved) == 1
+    again = Collection(tmp_path / "idx").search(q, k=5, method="faiss")[0]
+    assert [h.id for h in again] == [h.id for h in first] == [h.id for h in exact]
+    (photos / "0.png").unlink()
+    coll.update(photos, CountingEmbedder(), progress=False)
+    coll.search(q, k=5, method="faiss")
+    now = list((tmp_path / "idx").glob("faiss-*.index"))
+    assert len(now) == 1 and now != saved  # the stale index was replaced

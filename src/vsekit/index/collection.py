@@ -368,7 +368,7 @@ class Collection:
             if not dot:
                 raise CollectionError("FAISS search needs a dot-product (cosine) model")
             if self._faiss is None:
-                self._faiss = FaissSearcher(self.emb, self.live)
+                self._faiss = self._faiss_searcher()
             scores, rows = self._faiss.search(q, k)
         elif method == "exact":
             kw = {} if dot else {"score_fn": score_fn}
@@ -385,6 +385,25 @@ class Collection:
                 hits.append(Hit(int(self.ids[pos]), self.paths[pos], float(s)))
             out.append(hits)
         return out
+
+    def _faiss_searcher(self) -> FaissSearcher:
+        """The FAISS index of the current state, read from disk if it was built before
+        (``faiss-<generation>-<rows>-<live>.index``), else built and saved."""
+        path = self.path / f"faiss-{self.generation}-{self.n_rows}-{len(self)}.index"
+        if path.is_file():
+            try:
+                return FaissSearcher.load(path)
+            except RuntimeError:
+                path.unlink(missing_ok=True)  # unreadable: rebuild below
+        fs = FaissSearcher(self.emb, self.live)
+        try:
+            fs.save(path)
+            for old in self.path.glob("faiss-*.index"):
+                if old != path:
+                    old.unlink(missing_ok=True)
+        except OSError:
+            pass  # a read-only index still searches, it just rebuilds next time
+        return fs
 
     def close(self) -> None:
         self.db.close()

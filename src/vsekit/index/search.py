@@ -97,6 +97,27 @@ class FaissSearcher:
             r = rows[a : a + add_chunk]
             self.index.add_with_ids(np.ascontiguousarray(emb[r], dtype=np.float32), r)
 
+    def save(self, path) -> None:
+        """Write the FAISS index atomically (written beside, then renamed)."""
+        import os
+
+        import faiss
+
+        tmp = f"{path}.{os.getpid()}.tmp"
+        faiss.write_index(self.index, tmp)
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path, nprobe: int = 32) -> FaissSearcher:
+        import faiss
+
+        self = cls.__new__(cls)
+        self.index = faiss.read_index(str(path))
+        self.n = int(self.index.ntotal)
+        if hasattr(self.index, "nprobe"):
+            self.index.nprobe = nprobe
+        return self
+
     def search(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         k = min(k, self.n)
         if k == 0:

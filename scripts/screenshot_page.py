@@ -2,7 +2,7 @@
 headless Chromium, wait for the thumbnails, open the first result, save PNGs.
 
 Run: .venv/bin/python scripts/screenshot_page.py --index ~/.cache/vsekit/index \\
-         --query "two dogs playing in the snow" --out docs/search-page.png
+         --query "two dogs playing in the snow" --out docs/search-page.jpg
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--index", default="~/.cache/vsekit/index")
     ap.add_argument("--query", default="two dogs playing in the snow")
-    ap.add_argument("--out", default="docs/search-page.png")
+    ap.add_argument("--out", default="docs/search-page.jpg")
     args = ap.parse_args()
     coll, model = open_index(args.index)
     with socket.socket() as s:
@@ -48,14 +48,15 @@ def main() -> None:
         done = "i => i.complete && i.naturalWidth > 0"
         page.wait_for_function(f"[...document.querySelectorAll('.card img')].every({done})")
         out = Path(args.out)
-        page.screenshot(path=str(out))
+        shot = {"type": "jpeg", "quality": 85} if out.suffix == ".jpg" else {}
+        page.screenshot(path=str(out), **shot)
         page.locator(".card").first.click()
         page.wait_for_selector("#captions li")
         page.wait_for_function("document.getElementById('full').naturalWidth > 0")
-        page.screenshot(path=str(out.with_name(out.stem + "-viewer.png")))
+        page.screenshot(path=str(out.with_name(out.stem + "-viewer" + out.suffix)), **shot)
         browser.close()
     server.should_exit = True
-    print(f"wrote {out} and {out.with_name(out.stem + '-viewer.png')}")
+    print(f"wrote {out} and {out.with_name(out.stem + '-viewer' + out.suffix)}")
 
 
 if __name__ == "__main__":

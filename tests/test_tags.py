@@ -84,6 +84,9 @@ def test_spacy_parses_the_papers_example_and_compounds():
     comp = {m.tag: m for m in field.compounds}
     assert "soccer field" in comp and "soccer" not in comp and "field" not in comp
     assert comp["soccer field"].position == 8  # first word of the compound
+    # a punctuation token inside a compound (seen in Flickr8k) is not a word of the tag
+    (odd,) = parse_captions(["A woman fans herself in the mid-afternoon sun ."])
+    assert all("-" not in m.tag.split() for m in odd.compounds)
 
 
 # ---------------------------------------------------------------- losses

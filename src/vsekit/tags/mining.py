@@ -92,10 +92,16 @@ def parse_doc(doc) -> ParsedCaption:
         if t.dep_ == "compound" and t.head.pos_ in NOUN_POS:
             continue  # part of a compound noun headed elsewhere
         parts = [t]
-        left = [c for c in t.lefts if c.dep_ == "compound" and c.pos_ in NOUN_POS]
+
+        def compound_children(tok):
+            return [
+                c for c in tok.lefts if c.dep_ == "compound" and c.pos_ in NOUN_POS and c.i in index
+            ]
+
+        left = compound_children(t)
         while left:  # compounds of compounds: "soccer field goal"
             parts = left + parts
-            left = [c for p in left for c in p.lefts if c.dep_ == "compound" and c.pos_ in NOUN_POS]
+            left = [c for p in left for c in compound_children(p)]
         parts.sort(key=lambda x: x.i)
         name = " ".join(p.lemma_.lower() for p in parts)
         compounds.append(Mention(name, index[parts[0].i], depths[t.i]))

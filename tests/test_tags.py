@@ -243,6 +243,30 @@ def test_tag_ranker_trains_through_the_shared_trainer(tmp_path, loss):
     assert full["miap"] > 80 and 0 < full["map"] <= 100
 
 
+def test_negatives_are_other_tags_appended_after_the_own_ones():
+    tf, tl = planted_tags(40, 0)
+    data = TagData.build(tf, tl, tf, tl)
+    data.negatives = 4
+    seen = []
+
+    def spy(scores, mask):
+        seen.append((scores.shape, mask.sum(dim=1)))
+        return scores.sum() * 0
+
+    class Scorer(torch.nn.Module):
+        device = torch.device("cpu")
+
+        def score_lists(self, feats, vecs):
+            return vecs.sum(dim=2)
+
+    b = np.arange(8)
+    data.batch_loss(Scorer(), spy, b)
+    ((shape, lengths),) = seen
+    assert shape == (8, 7) and lengths.tolist() == [7] * 8  # 3 own + 4 negatives
+    ids, _ = data.padded([data.train_lists[0]])
+    assert ids.shape[1] == 3
+
+
 def test_config_overrides():
     from vsekit.train.config import ConfigError, ExperimentConfig, apply_overrides
 

@@ -45,6 +45,7 @@ class TagData:
     store_fingerprint: str = ""
     max_tags: int = 0  # keep at most this many tags per image (0: all)
     eval_k: tuple[int, ...] = field(default=(1, 5))
+    negatives: int = 0  # tags of other images appended to each training list (see config)
 
     select = "p1"
     collapse_metric = None
@@ -108,7 +109,15 @@ class TagData:
         return ids, ids != PAD
 
     def batch_loss(self, model, loss_fn, b: np.ndarray) -> torch.Tensor:
-        ids, mask = self.padded([self.train_lists[j] for j in b])
+        lists = [self.train_lists[j] for j in b]
+        if self.negatives:
+            from .metrics import sample_distractors
+
+            # seeded by the batch itself, so a resumed run draws the same negatives
+            rng = np.random.default_rng([int(x) for x in b])
+            neg = sample_distractors(lists, len(self.tags), self.negatives, rng, exclude=(PAD,))
+            lists = [np.concatenate([x, n]) for x, n in zip(lists, neg, strict=True)]
+        ids, mask = self.padded(lists)
         feats = self.train_feats[torch.from_numpy(np.asarray(b))]
         scores = model.score_lists(feats, self.vectors[ids].to(model.device))
         return loss_fn(scores, mask.to(model.device))

@@ -19,4 +19,6 @@ def load_tag_data(cfg: ExperimentConfig, progress: bool = True) -> TagData:
     df = image_features(store, cfg.data.features, [im.id for im in dev.images])
     names = [[t for t, _ in mined[im.id]] for im in train.images]
     dev_names = [[t for t, _ in mined[im.id]] for im in dev.images]
-    return TagData.build(tf, names, df, dev_names, store.fingerprint(), cfg.tags.max_tags)
+    data = TagData.build(tf, names, df, dev_names, store.fingerprint(), cfg.tags.max_tags)
+    data.negatives = cfg.tags.negatives
+    return data

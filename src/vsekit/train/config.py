@@ -46,6 +46,8 @@ class TagConfig:
     scheme: str = "nouns"  # nouns | compound
     relevance: str = "alpha=0.75"  # loc | freq | alpha=A | syntactic[:alpha=A]
     max_tags: int = 0  # keep at most this many ranked tags per image (0: all)
+    negatives: int = 0  # beyond the paper: append this many tags of other images to each
+    # training list, ranked after the image's own, so the ranker learns to reject them
 
 
 @dataclass

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from tests.conftest import make_tiny_model, write_image
@@ -356,3 +357,26 @@ def test_faiss_index_is_saved_and_reused(tmp_path):
     coll.search(q, k=5, method="faiss")
     now = list((tmp_path / "idx").glob("faiss-*.index"))
     assert len(now) == 1 and now != saved  # the stale index was replaced
+
+
+def test_bundle_tagger_roundtrip_and_ranking(tmp_path):
+    from vsekit.tags.data import tag_vectors
+
+    m = make_tiny_model()
+    names = ["dog", "cat", "car", "zzqqxx"]  # the last has no vector: never returned
+    m.tagger = (torch.randn(5, 50), names)
+    feats = np.random.default_rng(0).normal(size=(2, 5)).astype(np.float32)
+    got = m.tags(feats, k=3)
+    vecs, known = tag_vectors(names[:3])
+    ref = feats @ m.tagger[0].numpy() @ vecs.T
+    for row, r in zip(got, ref, strict=True):
+        assert [t for t, _ in row] == [names[j] for j in np.argsort(-r)]
+        np.testing.assert_allclose([s for _, s in row], np.sort(r)[::-1], rtol=1e-4)
+    again = EmbeddingModel.load(m.save(tmp_path / "b", half=False))
+    assert again.tagger[1] == names
+    back = again.tags(feats, 3)
+    assert [[t for t, _ in r] for r in back] == [[t for t, _ in r] for r in got]
+    np.testing.assert_allclose(
+        [[v for _, v in r] for r in back], [[v for _, v in r] for r in got], rtol=1e-5
+    )
+    assert make_tiny_model().tags(feats) == [[], []]

@@ -34,6 +34,7 @@ def _add_model(sub: argparse._SubParsersAction) -> None:
         "--captions-from", help="dataset whose captions become the annotation pool (its --split)"
     )
     e.add_argument("--split", default="train", help="split of --captions-from (default train)")
+    e.add_argument("--tagger", help="a tag-ranking run on the same image features, to ship too")
     e.set_defaults(handler=_model_export)
     i = msub.add_parser("info", help="what a model is, how it was trained and its dev metrics")
     i.add_argument("model", nargs="?", default="default")
@@ -44,6 +45,8 @@ def _model_export(args: argparse.Namespace) -> int:
     from .models.bundle import EmbeddingModel
 
     m = EmbeddingModel.from_run(args.run, args.checkpoint)
+    if args.tagger:
+        m.attach_tagger(args.tagger)
     captions: list[str] = []
     if args.captions_from:
         from .data import load_dataset
@@ -146,10 +149,11 @@ def _search(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- vse annotate
 @command
 def _add_annotate(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("annotate", help="the best captions for an image")
+    p = sub.add_parser("annotate", help="the best captions (and tags) for an image")
     p.add_argument("image")
     p.add_argument("--model", default="default")
     p.add_argument("--k", type=int, default=5)
+    p.add_argument("--tags", type=int, default=10, help="top tags, if the model has a tagger")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_annotate)
 
@@ -160,13 +164,21 @@ def _annotate(args: argparse.Namespace) -> int:
     model = _load_model(args.model)
     if not model.captions:
         raise ValueError(f"model {args.model!r} has no caption pool (export it --captions-from)")
-    emb = model.embed_images([args.image])
-    best = CaptionPool(model).best(emb, args.k)[0]
+    feats = model.image_features([args.image])
+    best = CaptionPool(model).best(model.embed_features(feats), args.k)[0]
+    tags = model.tags(feats, args.tags)[0]
     if args.json:
-        print(json.dumps({"captions": [{"text": c, "score": s} for c, s in best]}, indent=2))
+        caps = [{"text": c, "score": s} for c, s in best]
+        print(
+            json.dumps(
+                {"captions": caps, "tags": [{"tag": t, "score": s} for t, s in tags]}, indent=2
+            )
+        )
     else:
         for c, s in best:
             print(f"{s:7.4f}  {c}")
+        if tags:
+            print("tags: " + ", ".join(t for t, _ in tags))
     return 0
 
 

@@ -11,7 +11,9 @@ A bundle is a directory:
 * ``model.safetensors``: the joint-embedding weights (float16 when exported ``half``);
 * ``vocab.json``: the text vocabulary;
 * ``fne_stats.safetensors``: train-split FNE mean/std (FNE models only);
-* ``captions.txt``: an optional caption pool for annotation, one caption per line.
+* ``captions.txt``: an optional caption pool for annotation, one caption per line;
+* ``tagger.safetensors`` + ``tags.txt``: an optional bilinear tag ranker on the same
+  image features, and its tag vocabulary (``vse model export --tagger RUN``).
 
 ``vse model export RUN OUT`` writes one from a training run; the package ships one
 (``EmbeddingModel.load("default")``).
@@ -59,6 +61,7 @@ class EmbeddingModel:
         fne_stats: FNEStats | None = None,
         captions: list[str] | None = None,
         path: Path | None = None,
+        tagger: tuple[torch.Tensor, list[str]] | None = None,
     ) -> None:
         kind = info["image"]["features"]
         if kind not in FEATURE_KINDS:
@@ -70,6 +73,8 @@ class EmbeddingModel:
         self.fne_stats = fne_stats
         self.captions = captions or []
         self.path = path
+        self.tagger = tagger  # (W [F, word_dim], tag names)
+        self._tag_vectors = None
         self._backbone = None
 
     # -- loading -------------------------------------------------------------------
@@ -103,7 +108,11 @@ class EmbeddingModel:
         captions = None
         if (path / "captions.txt").is_file():
             captions = (path / "captions.txt").read_text(encoding="utf-8").splitlines()
-        return cls(model, info, stats, captions, path)
+        tagger = None
+        if (path / "tagger.safetensors").is_file():
+            w = load_file(path / "tagger.safetensors")["W"].float()
+            tagger = (w, (path / "tags.txt").read_text(encoding="utf-8").splitlines())
+        return cls(model, info, stats, captions, path, tagger)
 
     @classmethod
     def from_run(cls, run: str | Path, which: str = "best") -> EmbeddingModel:
@@ -132,6 +141,49 @@ class EmbeddingModel:
         stats = store.fne_stats() if data["features"] == "fne" else None
         return cls(model, info, stats, None, run)
 
+    def attach_tagger(self, run: str | Path) -> None:
+        """Add a trained tag ranker (a ``task: tags`` run) that reads the same image
+        features as this model (ValueError if it does not)."""
+        from ..train.trainer import load_run
+
+        tagger, meta = load_run(run)
+        data = meta["config"]["data"]
+        spec = self.info["image"]
+        if meta["config"].get("task") != "tags":
+            raise ValueError(f"{run}: not a tag-ranking run")
+        if (data["backbone"], int(data["crops"]), data["features"]) != (
+            spec["backbone"],
+            int(spec["crops"]),
+            spec["features"],
+        ):
+            raise ValueError(f"{run}: its image features differ from the model's ({spec})")
+        self.tagger = (tagger.W.detach().float().cpu(), list(tagger.vocab.itos))
+        self.info["tagger"] = {
+            "run": Path(run).name,
+            "dev_metrics": _run_metrics(Path(run), "best"),
+        }
+
+    def tags(self, features: np.ndarray, k: int = 10) -> list[list[tuple[str, float]]]:
+        """Top-``k`` tags of each image from its ``[N, F]`` features (needs a tagger)."""
+        if self.tagger is None:
+            return [[] for _ in range(len(features))]
+        w, names = self.tagger
+        if self._tag_vectors is None:
+            from ..tags.data import tag_vectors
+
+            vecs, known = tag_vectors(names)
+            self._tag_vectors = (
+                torch.from_numpy(vecs[known]),
+                [n for n, ok in zip(names, known, strict=True) if ok],
+            )
+        vecs, known_names = self._tag_vectors
+        s = (torch.from_numpy(np.asarray(features, np.float32)) @ w) @ vecs.T
+        top = torch.topk(s, min(k, s.shape[1]), dim=1)
+        return [
+            [(known_names[j], float(v)) for v, j in zip(vals.tolist(), idx.tolist(), strict=True)]
+            for vals, idx in zip(top.values, top.indices, strict=True)
+        ]
+
     def save(self, out: str | Path, half: bool = True, captions: Sequence[str] = ()) -> Path:
         """Write a bundle directory atomically (written beside, then renamed)."""
         out = Path(out)
@@ -149,6 +201,10 @@ class EmbeddingModel:
         if pool:
             text = "\n".join(c.replace("\n", " ").strip() for c in pool) + "\n"
             (tmp / "captions.txt").write_text(text, encoding="utf-8")
+        if self.tagger is not None:
+            w, names = self.tagger
+            save_file({"W": w.to(dtype).contiguous()}, tmp / "tagger.safetensors")
+            (tmp / "tags.txt").write_text("\n".join(names) + "\n", encoding="utf-8")
         info = dict(self.info, dtype=str(dtype).removeprefix("torch."))
         (tmp / "bundle.json").write_text(json.dumps(info, indent=2) + "\n")
         if out.exists():

@@ -138,16 +138,20 @@ def create_app(coll: Collection, model: EmbeddingModel, method: str = "auto") ->
         emb = model.embed_images([im])[0]
         return {"results": [_hit_json(h) for h in hits(search_vector, emb, k)]}
 
-    def annotation(emb, k: int) -> dict:
+    def annotation(emb, k: int, feats=None) -> dict:
         caps = pool.best(emb, k)[0]
-        return {"captions": [{"text": c, "score": round(s, 6)} for c, s in caps], "tags": []}
+        tags = model.tags(feats, 10)[0] if feats is not None else []
+        return {
+            "captions": [{"text": c, "score": round(s, 6)} for c, s in caps],
+            "tags": [{"tag": t, "score": round(s, 6)} for t, s in tags],
+        }
 
     @app.post("/annotate")
     def annotate(
         file: Annotated[UploadFile, File()], k: Annotated[int, Query(ge=1, le=50)] = 5
     ) -> dict:
-        im = read_upload(file)
-        return annotation(model.embed_images([im]), k)
+        feats = model.image_features([read_upload(file)])
+        return annotation(model.embed_features(feats), k, feats)
 
     @app.get("/annotate/{file_id}")
     def annotate_indexed(file_id: int, k: Annotated[int, Query(ge=1, le=50)] = 5) -> dict:
@@ -156,7 +160,13 @@ def create_app(coll: Collection, model: EmbeddingModel, method: str = "auto") ->
             emb = coll.embedding_of(file_id)
         if emb is None:
             raise ApiError(404, f"id: no indexed image {file_id}")
-        return annotation(emb, k)
+        feats = None
+        if model.tagger is not None:  # tags need the image features, not stored: recompute
+            try:
+                feats = model.image_features([indexed_path(file_id)])
+            except (ImageError, ApiError):
+                feats = None
+        return annotation(emb, k, feats)
 
     @app.get("/images/{file_id}")
     def image(file_id: int) -> FileResponse:

@@ -32,6 +32,16 @@ def encode_all(
     return img, txt
 
 
+@torch.inference_mode()
+def similarity_matrix(
+    model, img: torch.Tensor, txt: torch.Tensor, chunk: int = 256
+) -> torch.Tensor:
+    """``[N, M]`` model similarities on the CPU, computed ``chunk`` image rows at a time."""
+    return torch.cat(
+        [model.similarity(img[a : a + chunk], txt) for a in range(0, len(img), chunk)]
+    ).cpu()
+
+
 def pool_per_image(txt: torch.Tensor, caption_to_image, normalize: bool) -> torch.Tensor:
     """``[n_images, D]``: the mean of each image's caption embeddings (the caption
     report's "baseline + weight" query), re-normalised for cosine models."""
@@ -66,9 +76,7 @@ def evaluate_model(
         raise ValueError(f"queries: use caption | image, not {queries!r}")
     if protocol == "full":
         return retrieval_metrics_from_embeddings(img, txt, caption_to_image, model.similarity)
-    with torch.inference_mode():
-        sims = torch.cat([model.similarity(img[a : a + 256], txt) for a in range(0, len(img), 256)])
-    return evaluate_protocol(sims.cpu().numpy(), caption_to_image, protocol)
+    return evaluate_protocol(similarity_matrix(model, img, txt).numpy(), caption_to_image, protocol)
 
 
 def caption_ranks(model, features, texts: Sequence[str], caption_to_image) -> np.ndarray:
@@ -76,6 +84,4 @@ def caption_ranks(model, features, texts: Sequence[str], caption_to_image) -> np
     from .retrieval import retrieval_ranks
 
     img, txt = encode_all(model, features, texts)
-    with torch.inference_mode():
-        sims = torch.cat([model.similarity(img[a : a + 256], txt) for a in range(0, len(img), 256)])
-    return retrieval_ranks(sims, caption_to_image)[1]
+    return retrieval_ranks(similarity_matrix(model, img, txt), caption_to_image)[1]

@@ -10,9 +10,9 @@ import numpy as np
 import torch
 
 from ..data.vocab import Vocabulary
-from ..models.factory import create_model
 from ..text.glove import load_glove
-from .metrics import precision_at_k
+from ..train.task import FeatureTask
+from .metrics import precision_at_k, sample_distractors
 
 PAD = 0
 
@@ -32,7 +32,7 @@ def tag_vectors(tags: list[str]) -> tuple[np.ndarray, np.ndarray]:
 
 
 @dataclass
-class TagData:
+class TagData(FeatureTask):
     """Tag ids index ``tags``; id 0 is padding. ``*_lists[n]``: image n's tags, best first."""
 
     train_feats: torch.Tensor
@@ -90,13 +90,6 @@ class TagData:
         )
 
     # -- the trainer's task interface ------------------------------------------------
-    @property
-    def img_dim(self) -> int:
-        return int(self.train_feats.shape[1])
-
-    def new_model(self, cfg) -> torch.nn.Module:
-        return create_model(self.img_dim, self.vocab, cfg)
-
     def epoch_batches(self, mode: str, batch_size: int, rng: np.random.Generator):
         order = rng.permutation(len(self.train_lists))
         return [order[a : a + batch_size] for a in range(0, len(order), batch_size)]
@@ -111,8 +104,6 @@ class TagData:
     def batch_loss(self, model, loss_fn, b: np.ndarray) -> torch.Tensor:
         lists = [self.train_lists[j] for j in b]
         if self.negatives:
-            from .metrics import sample_distractors
-
             # seeded by the batch itself, so a resumed run draws the same negatives
             rng = np.random.default_rng([int(x) for x in b])
             neg = sample_distractors(lists, len(self.tags), self.negatives, rng, exclude=(PAD,))
@@ -126,8 +117,6 @@ class TagData:
     def evaluate(self, model, batch: int = 1024, distractors: int = 0, seed: int = 0) -> dict:
         """p@k of the dev images' own tags (+ ``distractors`` per image), and the random
         ranker's; keys ``p1``, ``p5``, ``random_p1``, ``random_p5``."""
-        from .metrics import sample_distractors
-
         was = model.training
         model.eval()
         rng = np.random.default_rng(seed)

@@ -31,10 +31,11 @@ from ..models.factory import create_model
 from . import checkpoint as ckpt
 from .config import ExperimentConfig
 from .features import ensure_store, image_features
+from .task import FeatureTask
 
 
 @dataclass
-class TrainData:
+class TrainData(FeatureTask):
     """Everything a training run reads, already aligned: row k of ``*_feats`` is image k."""
 
     train_feats: torch.Tensor  # (N_train, F), int8 (FNE) or float32
@@ -49,13 +50,6 @@ class TrainData:
     # -- the task interface the Trainer uses (tag ranking implements the same) --------
     select = "rsum"  # dev metric that picks the best checkpoint
     collapse_metric = "rsum"  # the paper's "has not started learning" criterion uses it
-
-    @property
-    def img_dim(self) -> int:
-        return int(self.train_feats.shape[1])
-
-    def new_model(self, cfg) -> torch.nn.Module:
-        return create_model(self.img_dim, self.vocab, cfg)
 
     def epoch_batches(self, mode: str, batch_size: int, rng: np.random.Generator):
         """Index batches of one epoch: ``[B, 2]`` (image, caption) rows."""

@@ -4,7 +4,8 @@ The stores themselves are produced by the CLI (see the README), e.g.
     vse features extract --root ../shared/data/flickr8k --backbone resnet50 --crops 10 \\
         --out ~/.cache/vsekit/stores/flickr8k-resnet50-c10
 This script reads each finished store's meta.json (rows, crops, extraction seconds, as
-timed by the extraction itself, resumes included) and writes benchmarks/feature_stores.json.
+timed by the extraction itself, resumes included, and the seconds of each invocation when
+the store recorded them) and writes benchmarks/feature_stores.json.
 
 Run: python benchmarks/feature_stores.py [STORE ...]
 """
@@ -40,6 +41,12 @@ def main() -> None:
             "fne_dim": d["fne_dim"],
             "extract_seconds": secs,
             "images_per_s": round(d["rows"] / secs, 2) if secs else None,
+            # one entry per `vse features extract` invocation (resumes), when recorded
+            "runs": [
+                {**r, "images_per_s": round(r["images"] / r["seconds"], 2)}
+                for r in d["runs"]
+                if r["seconds"]
+            ],
         }
     out = record(Path(__file__).with_suffix(".json"), {"stores": stores})
     for name, s in out["stores"].items():

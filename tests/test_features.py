@@ -167,6 +167,9 @@ def test_resumed_extraction_equals_uninterrupted(tmp_path):
         assert (full.path / name).read_bytes() == (resumed.path / name).read_bytes(), name
     assert resumed.ids == [i.id for i in items]
     assert resumed.n == 13 and resumed.rmac.shape == (13, 6)
+    # each invocation is recorded: 6 images before the kill, the other 7 after
+    assert [(r["from"], r["images"]) for r in resumed.meta["runs"]] == [(0, 6), (6, 7)]
+    assert [(r["from"], r["images"]) for r in full.meta["runs"]] == [(0, 13)]
 
 
 def test_unreadable_images_are_reported_and_skipped(tmp_path):

@@ -18,6 +18,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -150,6 +151,10 @@ _IDENTITY = (
 )
 
 
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
 def extract_to_store(
     items: Sequence[ExtractItem],
     out: str | Path,
@@ -198,6 +203,11 @@ def extract_to_store(
     prog = json.loads(prog_file.read_text()) if prog_file.is_file() else {}
     done, rows = int(prog.get("images", 0)), int(prog.get("rows", 0))
     elapsed = float(prog.get("seconds", 0.0))
+    # One record per invocation, so a resumed store says how fast each stretch ran.
+    runs: list[dict] = list(prog.get("runs", []))
+    if not runs and done:
+        runs.append({"from": 0, "images": done, "seconds": round(elapsed, 1), "started": None})
+    runs.append({"from": done, "images": 0, "seconds": 0.0, "started": _now()})
     # Drop anything written after the last commit.
     for name, keep in (("ids.txt", rows), ("splits.txt", rows)):
         f = out / name
@@ -260,9 +270,13 @@ def extract_to_store(
                 os.fsync(f.fileno())
             rows += len(good)
             done = batch[-1][0] + 1
-            secs = elapsed + time.perf_counter() - t0
+            run_secs = time.perf_counter() - t0
+            runs[-1].update(images=done - runs[-1]["from"], seconds=round(run_secs, 1))
             atomic_write_text(
-                prog_file, json.dumps({"images": done, "rows": rows, "seconds": secs})
+                prog_file,
+                json.dumps(
+                    {"images": done, "rows": rows, "seconds": elapsed + run_secs, "runs": runs}
+                ),
             )
             bar.update(len(batch))
             if on_batch is not None:
@@ -277,6 +291,7 @@ def extract_to_store(
         complete=True,
         failed=n - rows,
         extract_seconds=round(elapsed + time.perf_counter() - t0, 1),
+        runs=[r for r in runs if r["images"]],
     )
     atomic_write_text(meta_file, json.dumps(meta, indent=2))
     return FeatureStore(out)

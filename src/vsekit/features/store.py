@@ -195,5 +195,6 @@ class FeatureStore:
             "fne": m.get("fne"),
             "failed": m.get("failed", 0),
             "extract_seconds": m.get("extract_seconds"),
+            "runs": m.get("runs", []),
             "fingerprint": self.fingerprint(),
         }

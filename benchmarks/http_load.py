@@ -19,7 +19,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
+import httpx2
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -69,22 +69,22 @@ def main() -> None:
     server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{args.port}"
     try:
-        with httpx.Client(base_url=base, timeout=60) as c:
+        with httpx2.Client(base_url=base, timeout=60) as c:
             for _ in range(600):
                 try:
                     if c.get("/health").status_code == 200:
                         break
-                except httpx.TransportError:
+                except httpx2.TransportError:
                     time.sleep(0.1)
             c.get("/search", params={"q": qs[0], "k": args.k})
 
-        def one(i: int, client: httpx.Client) -> tuple[float, int]:
+        def one(i: int, client: httpx2.Client) -> tuple[float, int]:
             t = time.perf_counter()
             r = client.get("/search", params={"q": qs[i % len(qs)], "k": args.k})
             return time.perf_counter() - t, r.status_code
 
         with (
-            httpx.Client(base_url=base, timeout=60) as c,
+            httpx2.Client(base_url=base, timeout=60) as c,
             ThreadPoolExecutor(args.concurrency) as pool,
         ):
             t0 = time.perf_counter()

@@ -37,8 +37,15 @@ def _score_fn(model: EmbeddingModel):
 def search_text(
     coll: Collection, model: EmbeddingModel, text: str, k: int = 20, method: str = "auto"
 ) -> list[Hit]:
-    q = model.embed_texts([check_query(text)])
-    return coll.search(q, check_k(k), method, _score_fn(model))[0]
+    return search_text_embedding(coll, model, model.embed_texts([check_query(text)]), k, method)
+
+
+def search_text_embedding(
+    coll: Collection, model: EmbeddingModel, q: np.ndarray, k: int = 20, method: str = "auto"
+) -> list[Hit]:
+    """Images best matching an already-embedded text query ``q`` ([D] or [1, D]), scored
+    with the model's own similarity (the service embeds outside its collection lock)."""
+    return coll.search(np.atleast_2d(q), check_k(k), method, _score_fn(model))[0]
 
 
 def search_vector(

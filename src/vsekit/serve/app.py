@@ -32,7 +32,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..images import ImageError, load_image
 from ..index.annotate import CaptionPool
 from ..index.collection import Collection, Hit
-from ..index.query import MAX_K, MAX_QUERY_CHARS, check_query, search_text, search_vector
+from ..index.query import (
+    MAX_K,
+    MAX_QUERY_CHARS,
+    check_query,
+    search_text_embedding,
+    search_vector,
+)
 from ..models.bundle import EmbeddingModel
 
 MAX_UPLOAD_BYTES = 20 * 1024 * 1024
@@ -128,7 +134,8 @@ def create_app(coll: Collection, model: EmbeddingModel, method: str = "auto") ->
             q = check_query(q)
         except ValueError as e:
             raise ApiError(400, str(e)) from e
-        return {"query": q, "results": [_hit_json(h) for h in hits(search_text, q, k)]}
+        emb = model.embed_texts([q])  # the model is read-only: encode outside the lock
+        return {"query": q, "results": [_hit_json(h) for h in hits(search_text_embedding, emb, k)]}
 
     @app.post("/search/image")
     def search_image(

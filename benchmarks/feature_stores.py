@@ -49,8 +49,18 @@ def main() -> None:
             ],
         }
     out = record(Path(__file__).with_suffix(".json"), {"stores": stores})
+    print("| store | images | crops | FNE dim | extraction, all runs | images/s | last run |")
+    print("|---|---|---|---|---|---|---|")
     for name, s in out["stores"].items():
-        print(name, s)
+        split = " + ".join(f"{k} {v:,}" for k, v in s["splits"].items())
+        last = s["runs"][-1] if s["runs"] else None
+        last_txt = (
+            f"{last['images']:,} images, {last['images_per_s']} img/s" if last else "not recorded"
+        )
+        print(
+            f"| `{name}` | {s['rows']:,} ({split}) | {s['crops']} | {s['fne_dim']:,} "
+            f"| {s['extract_seconds']:,.0f} s | {s['images_per_s']} | {last_txt} |"
+        )
 
 
 if __name__ == "__main__":

@@ -151,6 +151,54 @@ def test_incremental_update_add_change_delete(tmp_path):
         Collection(tmp_path / "nothing")
 
 
+def test_moved_and_renamed_files_keep_their_embeddings(tmp_path):
+    old = tmp_path / "old"
+    for i in range(4):
+        write_image(old / "trip" / f"b{i}.jpg", seed=10 + i)
+    solid(old / "trip" / "red.png", (250, 5, 5))
+    emb = CountingEmbedder()
+    coll = Collection(tmp_path / "idx", INFO)
+    coll.update(old, emb, progress=False)
+    before = {
+        Path(p).name: (i, np.array(coll.embedding_of(i)))
+        for i, p in zip(coll.ids, coll.paths, strict=True)
+    }
+
+    # a file moved to another sub-folder of the indexed folder
+    (old / "trip" / "b0.jpg").rename(old / "b0.jpg")
+    rep = coll.update(old, emb, progress=False)
+    assert (rep.moved, rep.embedded, rep.removed, rep.added) == (1, 0, 0, 0)
+
+    # the whole folder moves elsewhere; indexing the new place re-embeds nothing
+    new = tmp_path / "new" / "photos"
+    new.parent.mkdir()
+    old.rename(new)
+    rep = coll.update(new, emb, progress=False)
+    assert (rep.moved, rep.embedded, rep.added, len(coll)) == (5, 0, 0, 5)
+    assert emb.seen == 5
+    for i, p in zip(coll.ids, coll.paths, strict=True):
+        assert p.startswith(str(new))
+        want_id, want_emb = before[Path(p).name]
+        assert i == want_id
+        np.testing.assert_array_equal(coll.embedding_of(i), want_emb)
+    assert Path(coll.search(emb([Image.new("RGB", (8, 8), (250, 5, 5))]), k=1)[0][0].path) == (
+        new / "trip" / "red.png"
+    )
+
+    # two new copies of one vanished file are ambiguous: both are embedded afresh
+    dup = new / "trip" / "b1.jpg"
+    a, b = new / "x" / "b1.jpg", new / "y" / "b1.jpg"
+    for d in (a, b):
+        d.parent.mkdir()
+    data, st = dup.read_bytes(), dup.stat()
+    dup.unlink()
+    for d in (a, b):
+        d.write_bytes(data)
+        os.utime(d, ns=(st.st_atime_ns, st.st_mtime_ns))
+    rep = coll.update(new, emb, progress=False)
+    assert (rep.moved, rep.added, rep.removed, rep.embedded) == (0, 2, 1, 2)
+
+
 def test_formats_exif_and_gif(tmp_path):
     photos = tmp_path / "p"
     solid(photos / "x.webp", (10, 200, 10))

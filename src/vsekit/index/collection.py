@@ -17,7 +17,9 @@ Crash safety (a ``kill -9`` at any moment leaves a usable index):
 
 Incremental updates: a file is re-embedded only when its path is new or its size or
 mtime changed; a file that failed to decode is remembered with its size and mtime
-and not retried until it changes.
+and not retried until it changes. A moved or renamed file (a new path whose name, size
+and mtime match exactly one indexed file that is gone from its old path, and no other
+new path) keeps its id and embedding: moving a photo folder costs no re-embedding.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ class UpdateReport:
     added: int = 0
     updated: int = 0
     removed: int = 0
+    moved: int = 0
     unchanged: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)  # (path, error)
     embedded: int = 0  # images that went through the model
@@ -80,7 +83,8 @@ class UpdateReport:
     def summary(self) -> str:
         return (
             f"{self.scanned} files: {self.added} added, {self.updated} updated, "
-            f"{self.removed} removed, {self.unchanged} unchanged, {len(self.failed)} failed "
+            f"{self.removed} removed, {self.moved} moved, {self.unchanged} unchanged, "
+            f"{len(self.failed)} failed "
             f"({self.seconds:.1f} s)"
         )
 
@@ -97,6 +101,39 @@ def scan_images(root: Path) -> Iterator[tuple[str, int, int]]:
                 except OSError:
                     continue  # vanished during the scan
                 yield os.path.abspath(p), st.st_size, st.st_mtime_ns
+
+
+def _exists(path: str) -> bool:
+    try:
+        os.stat(path)
+    except OSError:
+        return False
+    return True
+
+
+def _match_moves(
+    vanished: Sequence[str],
+    new: Sequence[tuple[str, int, int]],
+    known: dict[str, tuple[int, int, int]],
+) -> dict[str, str]:
+    """``{new path: old path}`` for files that were moved or renamed: the file name, size
+    and mtime (which ``mv`` and folder moves keep) identify exactly one vanished indexed
+    file and exactly one new path. Ambiguous keys are left to be re-embedded."""
+
+    def key(path: str, size: int, mtime: int) -> tuple[str, int, int]:
+        return os.path.basename(path), size, mtime
+
+    old_by_key: dict[tuple, list[str]] = {}
+    for p in vanished:
+        old_by_key.setdefault(key(p, known[p][1], known[p][2]), []).append(p)
+    new_by_key: dict[tuple, list[str]] = {}
+    for p, size, mtime in new:
+        new_by_key.setdefault(key(p, size, mtime), []).append(p)
+    return {
+        ps[0]: old_by_key[k][0]
+        for k, ps in new_by_key.items()
+        if len(ps) == 1 and len(old_by_key.get(k, ())) == 1
+    }
 
 
 class Collection:
@@ -249,10 +286,23 @@ class Collection:
                 todo.append((p, size, mtime))
         gone = [p for p in known if p.startswith(prefix) and p not in seen]
         gone_failed = [p for p in failed if p.startswith(prefix) and p not in seen]
+        # Indexed elsewhere but no longer on disk: candidates for a move into ``root``.
+        vanished = gone + [
+            p for p in known if not p.startswith(prefix) and p not in seen and not _exists(p)
+        ]
+        moves = _match_moves(vanished, [t for t in todo if t[0] not in known], known)
+        todo = [t for t in todo if t[0] not in moves]
+        moved_from = set(moves.values())
+        gone = [p for p in gone if p not in moved_from]
         with self.db:
+            self.db.executemany(
+                "UPDATE files SET path = ? WHERE path = ?", [(n, o) for n, o in moves.items()]
+            )
             self.db.executemany("DELETE FROM files WHERE path = ?", [(p,) for p in gone])
             self.db.executemany("DELETE FROM failed WHERE path = ?", [(p,) for p in gone_failed])
-        rep.removed = len(gone)
+        for new_path, old_path in moves.items():
+            known[new_path] = known.pop(old_path)
+        rep.removed, rep.moved = len(gone), len(moves)
 
         bar = None
         if progress and todo:

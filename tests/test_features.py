@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -145,7 +146,7 @@ class Killed(Exception):
     pass
 
 
-def test_resumed_extraction_equals_uninterrupted(tmp_path):
+def test_resumed_extraction_equals_uninterrupted(tmp_path, capsys):
     items = make_items(tmp_path / "img", 9, 4)
     model = create_backbone("tiny-test", weights="random")
     kw = dict(crops=2, batch_size=3, workers=0, progress=False)
@@ -170,6 +171,9 @@ def test_resumed_extraction_equals_uninterrupted(tmp_path):
     # each invocation is recorded: 6 images before the kill, the other 7 after
     assert [(r["from"], r["images"]) for r in resumed.meta["runs"]] == [(0, 6), (6, 7)]
     assert [(r["from"], r["images"]) for r in full.meta["runs"]] == [(0, 13)]
+    assert main(["features", "info", str(resumed.path)]) == 0
+    out = capsys.readouterr().out
+    assert "rows: 13" in out and re.search(r"runs: 6 images in .*; 7 images in", out)
 
 
 def test_unreadable_images_are_reported_and_skipped(tmp_path):

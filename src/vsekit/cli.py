@@ -230,9 +230,15 @@ def _features_info(args: argparse.Namespace) -> int:
     d = FeatureStore(args.store).describe()
     if args.json:
         print(json.dumps(d, indent=2))
-    else:
-        for k, v in d.items():
-            print(f"{k:>15}: {v}")
+        return 0
+    for k, v in d.items():
+        if k == "runs":
+            v = "; ".join(
+                f"{r['images']:,} images in {r['seconds']:,.0f} s"
+                + (f" ({r['images'] / r['seconds']:.2f} img/s)" if r["seconds"] else "")
+                for r in v
+            )
+        print(f"{k:>15}: {v}")
     return 0
 
 

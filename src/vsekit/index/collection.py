@@ -103,14 +103,6 @@ def scan_images(root: Path) -> Iterator[tuple[str, int, int]]:
                 yield os.path.abspath(p), st.st_size, st.st_mtime_ns
 
 
-def _exists(path: str) -> bool:
-    try:
-        os.stat(path)
-    except OSError:
-        return False
-    return True
-
-
 def _match_moves(
     vanished: Sequence[str],
     new: Sequence[tuple[str, int, int]],
@@ -286,22 +278,20 @@ class Collection:
                 todo.append((p, size, mtime))
         gone = [p for p in known if p.startswith(prefix) and p not in seen]
         gone_failed = [p for p in failed if p.startswith(prefix) and p not in seen]
-        # Indexed elsewhere but no longer on disk: candidates for a move into ``root``.
-        vanished = gone + [
-            p for p in known if not p.startswith(prefix) and p not in seen and not _exists(p)
-        ]
-        moves = _match_moves(vanished, [t for t in todo if t[0] not in known], known)
-        todo = [t for t in todo if t[0] not in moves]
-        moved_from = set(moves.values())
-        gone = [p for p in gone if p not in moved_from]
+        moves: dict[str, str] = {}
+        new = [t for t in todo if t[0] not in known]
+        if new:  # only new paths can be moves; then look for vanished files to match
+            outside_gone = [p for p in known if not p.startswith(prefix) and not os.path.exists(p)]
+            moves = _match_moves(gone + outside_gone, new, known)
+            todo = [t for t in todo if t[0] not in moves]
+            moved_from = set(moves.values())
+            gone = [p for p in gone if p not in moved_from]
         with self.db:
             self.db.executemany(
                 "UPDATE files SET path = ? WHERE path = ?", [(n, o) for n, o in moves.items()]
             )
             self.db.executemany("DELETE FROM files WHERE path = ?", [(p,) for p in gone])
             self.db.executemany("DELETE FROM failed WHERE path = ?", [(p,) for p in gone_failed])
-        for new_path, old_path in moves.items():
-            known[new_path] = known.pop(old_path)
         rep.removed, rep.moved = len(gone), len(moves)
 
         bar = None

@@ -20,21 +20,21 @@ from _common import record  # noqa: E402
 
 from vsekit.data import load_dataset  # noqa: E402
 from vsekit.eval import retrieval_metrics_from_embeddings  # noqa: E402
-from vsekit.models.bundle import EmbeddingModel  # noqa: E402
+from vsekit.runtime import VSEModel  # noqa: E402
 
 FLICKR8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k"
 
 
 def main() -> None:
-    model = EmbeddingModel.load("default")
+    model = VSEModel.load("default")
     dev = load_dataset(FLICKR8K).split("dev")
     t0 = time.perf_counter()
     paths = [im.path for im in dev.images]
     img = torch.cat(
-        [torch.from_numpy(model.embed_images(paths[a : a + 16])) for a in range(0, len(paths), 16)]
+        [torch.from_numpy(model.encode_image(paths[a : a + 16])) for a in range(0, len(paths), 16)]
     )
     t_img = time.perf_counter() - t0
-    txt = torch.from_numpy(model.embed_texts(list(dev.texts)))
+    txt = torch.from_numpy(model.encode_text(list(dev.texts)))
     m = retrieval_metrics_from_embeddings(img, txt, dev.caption_to_image)
     out = record(
         Path(__file__).with_suffix(".json"),

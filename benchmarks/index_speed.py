@@ -3,7 +3,7 @@
 On the first N images of a folder (default: 256 of ../shared/data/flickr8k/images,
 linked into a temporary folder), with the shipped default model (ResNet-50, 2 crops):
 
-* baseline: ``EmbeddingModel.embed_images`` on the same files in batches of 16, nothing
+* baseline: ``VSEModel.encode_image`` on the same files in batches of 16, nothing
   else (decode + CNN + projection);
 * vsekit: ``Collection.update`` on a fresh index (scan, decode, embed, fsync'ed appends,
   SQLite commits, progress);
@@ -33,7 +33,7 @@ from _common import record  # noqa: E402
 
 from vsekit.index import Collection, model_info, scan_images  # noqa: E402
 from vsekit.index.collection import UpdateReport  # noqa: E402
-from vsekit.models.bundle import EmbeddingModel  # noqa: E402
+from vsekit.runtime import VSEModel  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGES = ROOT.parent / "shared" / "data" / "flickr8k" / "images"
@@ -49,13 +49,13 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     files = [Path(p) for p, _, _ in scan_images(args.images)][: args.n]
-    model = EmbeddingModel.load("default")
-    model.embed_images(files[:2])  # warm-up: weights loaded, kernels chosen
+    model = VSEModel.load("default")
+    model.encode_image(files[:2])  # warm-up: weights loaded, kernels chosen
 
     def time_bare() -> float:
         t = time.perf_counter()
         for a in range(0, len(files), args.batch_size):
-            model.embed_images(files[a : a + args.batch_size])
+            model.encode_image(files[a : a + args.batch_size])
         return time.perf_counter() - t
 
     def time_index() -> tuple[float, UpdateReport]:
@@ -65,8 +65,8 @@ def main() -> None:
             for f in files:
                 (folder / f.name).symlink_to(f)
             coll = Collection(Path(tmp) / "index", model_info(model, "default"))
-            first = coll.update(folder, model.embed_images, args.batch_size, progress=False)
-            again = coll.update(folder, model.embed_images, args.batch_size, progress=False)
+            first = coll.update(folder, model.encode_image, args.batch_size, progress=False)
+            again = coll.update(folder, model.encode_image, args.batch_size, progress=False)
         return first.seconds, again
 
     bares, indexes = [], []

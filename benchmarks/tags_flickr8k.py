@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import record  # noqa: E402
 
 from vsekit.tags.evaluate import evaluate_tags  # noqa: E402
-from vsekit.tags.training import load_tag_data  # noqa: E402
 from vsekit.train import load_config  # noqa: E402
 from vsekit.train.config import apply_overrides  # noqa: E402
+from vsekit.train.tags import load_tag_data  # noqa: E402
 from vsekit.train.trainer import Trainer, load_run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,7 +17,7 @@ from pathlib import Path
 import uvicorn
 from playwright.sync_api import sync_playwright
 
-from vsekit.search_cli import open_index
+from vsekit.index.query import open_collection as open_index
 from vsekit.serve.app import create_app
 
 

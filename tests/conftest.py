@@ -54,11 +54,11 @@ register_backbone("tiny-test")(TinyBackbone)
 
 
 def make_tiny_model(captions: list[str] | None = None, seed: int = 0):
-    """An EmbeddingModel on the tiny backbone (random weights): fast, deterministic."""
+    """An VSEModel on the tiny backbone (random weights): fast, deterministic."""
     from vsekit.data.tokenizer import tokenize
     from vsekit.data.vocab import Vocabulary
-    from vsekit.models.bundle import BUNDLE_VERSION, EmbeddingModel
     from vsekit.models.joint import JointConfig, JointEmbedding
+    from vsekit.runtime import BUNDLE_VERSION, VSEModel
     from vsekit.text.encoders import TextEncoderConfig
     from vsekit.train.config import ExperimentConfig
 
@@ -75,4 +75,4 @@ def make_tiny_model(captions: list[str] | None = None, seed: int = 0):
         "image": {"backbone": "tiny-test", "weights": "random", "crops": 1,
                   "features": "baseline", "baseline_layer": "fc", "fne": None},
     }  # fmt: skip
-    return EmbeddingModel(model, info, captions=captions)
+    return VSEModel(model, info, captions=captions)

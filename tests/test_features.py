@@ -236,6 +236,6 @@ def test_featurizer_reproduces_store_rows(tmp_path):
     np.testing.assert_allclose(out["baseline"], store.baseline()[:3], rtol=1e-4, atol=1e-5)
     assert (out["fne"] == np.asarray(store.fne[:3])).mean() > 0.99
     other = create_backbone("tiny-test", weights="random")
-    other.weights_source = "someone-elses.safetensors"
+    other.weights_sha256 = "0" * 64  # other weights than the store was extracted with
     with pytest.raises(StoreError, match="do not match the model"):
         ImageFeaturizer(store, model=other)

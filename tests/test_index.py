@@ -18,7 +18,7 @@ from PIL import Image
 from tests.conftest import make_tiny_model, write_image
 from vsekit.index import Collection, CollectionError, FaissSearcher, exact_search, model_info
 from vsekit.index.query import check_k, check_query, search_text
-from vsekit.models.bundle import EmbeddingModel
+from vsekit.runtime import VSEModel
 
 DIM = 4
 
@@ -312,31 +312,31 @@ def test_query_checks():
 def test_bundle_roundtrip_and_text_search(tmp_path):
     m = make_tiny_model()
     out = m.save(tmp_path / "bundle", half=False)
-    m2 = EmbeddingModel.load(out)
+    m2 = VSEModel.load(out)
     texts = ["a dog runs", "red car"]
-    np.testing.assert_allclose(m2.embed_texts(texts), m.embed_texts(texts), atol=1e-6)
+    np.testing.assert_allclose(m2.encode_text(texts), m.encode_text(texts), atol=1e-6)
     assert m2.fingerprint == m.fingerprint and m2.captions == m.captions
-    half = EmbeddingModel.load(m.save(tmp_path / "half"))
-    np.testing.assert_allclose(half.embed_texts(texts), m.embed_texts(texts), atol=5e-3)
+    half = VSEModel.load(m.save(tmp_path / "half"))
+    np.testing.assert_allclose(half.encode_text(texts), m.encode_text(texts), atol=5e-3)
 
     photos = tmp_path / "p"
     for i in range(4):
         write_image(photos / f"{i}.jpg", seed=i)
     coll = Collection(tmp_path / "idx", model_info(m2, "tiny"))
-    coll.update(photos, m2.embed_images, progress=False)
+    coll.update(photos, m2.encode_image, progress=False)
     hits = search_text(coll, m2, "a red car", k=3)
-    embs = m2.embed_images(sorted(photos.iterdir()))
-    expect = np.argsort(-(embs @ m2.embed_texts(["a red car"])[0]), kind="stable")[:3]
+    embs = m2.encode_image(sorted(photos.iterdir()))
+    expect = np.argsort(-(embs @ m2.encode_text(["a red car"])[0]), kind="stable")[:3]
     assert [Path(h.path).name for h in hits] == [f"{i}.jpg" for i in expect]
     with pytest.raises(ValueError, match="not a model bundle"):
-        EmbeddingModel.load(tmp_path)
+        VSEModel.load(tmp_path)
 
 
 @pytest.mark.slow
 def test_default_model_finds_the_described_photos(flickr8k_root):
     """The shipped model, end to end from JPEG files: each of 16 dev photos is found
     by one of its own captions far above chance (recall@5 is 5/16 by chance)."""
-    m = EmbeddingModel.load("default")
+    m = VSEModel.load("default")
     assert m.info["dev_metrics"]["rsum"] > 200 and len(m.captions) == 30000
     from vsekit.data import load_dataset
 
@@ -345,14 +345,14 @@ def test_default_model_finds_the_described_photos(flickr8k_root):
     first = {}
     for text, i in zip(dev.texts, dev.caption_to_image, strict=True):
         first.setdefault(int(i), text)
-    img = m.embed_images([im.path for im in ims])
-    txt = m.embed_texts([first[k] for k in range(16)])
+    img = m.encode_image([im.path for im in ims])
+    txt = m.encode_text([first[k] for k in range(16)])
     ranks = [(np.argsort(-img @ t) == k).nonzero()[0][0] for k, t in enumerate(txt)]
     assert np.mean(np.asarray(ranks) < 5) >= 0.75, ranks
 
 
 def test_default_model_is_small():
-    from vsekit.models.bundle import default_model_dir
+    from vsekit.runtime.model import default_model_dir
 
     size = sum(f.stat().st_size for f in default_model_dir().iterdir())
     assert size <= 25 * 1024 * 1024
@@ -408,23 +408,23 @@ def test_faiss_index_is_saved_and_reused(tmp_path):
 
 
 def test_bundle_tagger_roundtrip_and_ranking(tmp_path):
-    from vsekit.tags.data import tag_vectors
+    from vsekit.text.glove import tag_vectors
 
     m = make_tiny_model()
     names = ["dog", "cat", "car", "zzqqxx"]  # the last has no vector: never returned
     m.tagger = (torch.randn(5, 50), names)
     feats = np.random.default_rng(0).normal(size=(2, 5)).astype(np.float32)
-    got = m.tags(feats, k=3)
+    got = m.tags_from_features(feats, k=3)
     vecs, known = tag_vectors(names[:3])
     ref = feats @ m.tagger[0].numpy() @ vecs.T
     for row, r in zip(got, ref, strict=True):
         assert [t for t, _ in row] == [names[j] for j in np.argsort(-r)]
         np.testing.assert_allclose([s for _, s in row], np.sort(r)[::-1], rtol=1e-4)
-    again = EmbeddingModel.load(m.save(tmp_path / "b", half=False))
+    again = VSEModel.load(m.save(tmp_path / "b", half=False))
     assert again.tagger[1] == names
-    back = again.tags(feats, 3)
+    back = again.tags_from_features(feats, 3)
     assert [[t for t, _ in r] for r in back] == [[t for t, _ in r] for r in got]
     np.testing.assert_allclose(
         [[v for _, v in r] for r in back], [[v for _, v in r] for r in got], rtol=1e-5
     )
-    assert make_tiny_model().tags(feats) == [[], []]
+    assert make_tiny_model().tags_from_features(feats) == [[], []]

@@ -31,7 +31,7 @@ def served(tmp_path):
     for i in range(6):
         write_image(photos / f"p{i}.jpg", seed=i, size=48)
     coll = Collection(tmp_path / "idx", model_info(model, "tiny"))
-    coll.update(photos, model.embed_images, progress=False)
+    coll.update(photos, model.encode_image, progress=False)
     return coll, model, photos
 
 
@@ -131,7 +131,7 @@ def test_service_sees_a_concurrent_update(client, served):
     coll, model, photos = served
     write_image(photos / "new.jpg", seed=42, size=48)
     other = Collection(coll.path)  # e.g. `vse index` in another process
-    other.update(photos, model.embed_images, progress=False)
+    other.update(photos, model.encode_image, progress=False)
     assert client.get("/health").json()["images"] == 7
 
 

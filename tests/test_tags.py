@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from tests.conftest import write_image
+from vsekit.losses import ListSJELoss, SJELoss
 from vsekit.tags.data import TagData
 from vsekit.tags.metrics import map_and_miap, precision_at_k, sample_distractors
 from vsekit.tags.mining import (
@@ -19,7 +20,6 @@ from vsekit.tags.mining import (
     parse_relevance,
     rank_tags,
 )
-from vsekit.tags.model import ListSJELoss, SJELoss
 
 
 def cap(n_words, nouns, height=3):
@@ -194,7 +194,7 @@ WORDS = ["dog", "cat", "car", "tree", "ball", "man", "boat", "horse", "bike", "b
 def planted_tags(n, seed):
     """Features are a rank-weighted sum of the tags' GloVe vectors (plus noise), so a
     bilinear W can recover both the tags and their order."""
-    from vsekit.tags.data import tag_vectors
+    from vsekit.text.glove import tag_vectors
 
     vecs, _ = tag_vectors(WORDS)
     rng = np.random.default_rng(seed)

@@ -97,3 +97,55 @@ class MSE(nn.Module):
 
     def forward(self, target: torch.Tensor, pred: torch.Tensor) -> torch.Tensor:
         return ((pred - target) ** 2).mean()
+
+
+# ---- tag-ranking losses (tag-ranking paper, section 3.1) over (scores [B, L], mask [B, L]):
+# column k is the image's k-th ranked tag; mask marks real (not padding) entries.
+
+
+def delta_matrix(n: int, kind: str, device=None) -> torch.Tensor:
+    """``[n, n]``: ``Delta(k, i)`` for 0-based ranks (used where ``i > k``)."""
+    k = torch.arange(n, device=device)[:, None]
+    i = torch.arange(n, device=device)[None, :]
+    if kind == "I":
+        return (k != i).float()
+    if kind == "II":
+        return 1.0 - 1.0 / (i - k + 1).clamp(min=1).float()
+    raise ValueError(f"delta: use I | II, not {kind!r}")
+
+
+@register_loss("sje")
+class SJELoss(nn.Module):
+    """Structured joint embedding loss (eq. 3) with Delta^(I) or Delta^(II)."""
+
+    def __init__(self, delta: str = "II") -> None:
+        super().__init__()
+        delta_matrix(1, delta)  # validates
+        self.delta = delta
+
+    def forward(self, scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        d = delta_matrix(scores.shape[1], self.delta, scores.device)[0]  # Delta(1, i)
+        viol = (d[None, :] + scores - scores[:, :1]).clamp(min=0)
+        viol = viol.masked_fill(~mask, 0.0)  # i = 1 gives 0, so the max is at least 0
+        return viol.max(dim=1).values.mean()
+
+
+@register_loss("listsje")
+class ListSJELoss(nn.Module):
+    """Listwise SJE (eq. 6): hinge of every pair (k, i), k < i, k among the first
+    ``k_top``, with Delta^(II)."""
+
+    def __init__(self, k_top: int = 5) -> None:
+        super().__init__()
+        if k_top < 1:
+            raise ValueError(f"k_top: must be >= 1, got {k_top}")
+        self.k_top = k_top
+
+    def forward(self, scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        n = scores.shape[1]
+        d = delta_matrix(n, "II", scores.device)  # [k, i]
+        k = torch.arange(n, device=scores.device)
+        pair = (k[:, None] < k[None, :]) & (k[:, None] < self.k_top)  # [k, i]
+        valid = pair[None] & mask[:, :, None] & mask[:, None, :]
+        viol = (d[None] + scores[:, None, :] - scores[:, :, None]).clamp(min=0)
+        return (viol * valid).sum(dim=(1, 2)).mean()

@@ -4,6 +4,7 @@ text encoders, similarities, losses): ``@REG.register(name)``, ``REG.names()``,
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -11,9 +12,20 @@ T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    def __init__(self, kind: str) -> None:
+    """``modules``: the modules that register members; they are imported on the first
+    lookup, so the registry is complete whatever the caller imported before."""
+
+    def __init__(self, kind: str, modules: tuple[str, ...] = ()) -> None:
         self.kind = kind
         self._items: dict[str, T] = {}
+        self._modules = modules
+        self._loaded = not modules
+
+    def _load(self) -> None:
+        if not self._loaded:
+            self._loaded = True
+            for m in self._modules:
+                importlib.import_module(m)
 
     def register(self, name: str) -> Callable[[T], T]:
         def deco(obj: T) -> T:
@@ -23,12 +35,15 @@ class Registry(Generic[T]):
         return deco
 
     def names(self) -> list[str]:
+        self._load()
         return sorted(self._items)
 
     def __contains__(self, name: str) -> bool:
+        self._load()
         return name in self._items
 
     def get(self, name: str) -> T:
+        self._load()
         if name not in self._items:
             raise ValueError(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}")
         return self._items[name]

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from ..fsio import atomic_write
 from .dataset import DatasetError
 
 PAD, UNK, START, END = "<pad>", "<unk>", "<start>", "<end>"
@@ -91,11 +90,7 @@ class Vocabulary:
 
     def save(self, path: str | Path) -> None:
         """Write JSON atomically (temp file + rename)."""
-        path = Path(path)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(self.to_dict(), f, ensure_ascii=False)
-        os.replace(tmp, path)
+        atomic_write(path, json.dumps(self.to_dict(), ensure_ascii=False))
 
     @classmethod
     def load(cls, path: str | Path) -> Vocabulary:

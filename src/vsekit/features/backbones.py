@@ -47,6 +47,8 @@ class Backbone(nn.Module):
     baseline_layer: str = ""
     last_map_layer: str = ""
     input_size: int = 224
+    weights_source: str = "random"  # the weights file loaded (set by create_backbone)
+    weights_sha256: str | None = None  # its sha256; None for random weights
 
     def __init__(self) -> None:
         super().__init__()
@@ -63,6 +65,26 @@ class Backbone(nn.Module):
         if x.dtype == torch.uint8:
             x = x.float().div_(255)
         return (x - self.mean) / self.std
+
+    def preprocessing(self, crops: int) -> dict:
+        """What turns a photo into this backbone's input: RGB scaled to 0-1, normalised
+        by ``mean``/``std`` (Caffe-style BGR 0-255 weights fold theirs into these), square
+        views of ``input_size`` (see :mod:`vsekit.features.crops`), ``crops`` per image."""
+        return {
+            "mean": [round(v, 8) for v in self.mean.flatten().tolist()],
+            "std": [round(v, 8) for v in self.std.flatten().tolist()],
+            "input_size": self.input_size,
+            "crops": crops,
+        }
+
+    def identity(self, crops: int) -> dict:
+        """``{"backbone", "weights_sha256", "preprocessing"}``: what a FeatureStore, a run,
+        a model bundle and an index record about the image side."""
+        return {
+            "backbone": self.name,
+            "weights_sha256": self.weights_sha256,
+            "preprocessing": self.preprocessing(crops),
+        }
 
     @property
     def fne_dim(self) -> int:
@@ -118,24 +140,29 @@ class Backbone(nn.Module):
 
 
 BackboneFactory = Callable[[], Backbone]
-BACKBONES: Registry[BackboneFactory] = Registry("backbone")
+BACKBONES: Registry[BackboneFactory] = Registry(
+    "backbone",
+    modules=tuple(f"vsekit.features.arch_{a}" for a in ("resnet", "vgg", "efficientnet")),
+)
 register_backbone = BACKBONES.register
 list_backbones = BACKBONES.names
 
 
-def create_backbone(name: str, weights: str | None = "auto") -> Backbone:
+def create_backbone(name: str, weights: str | None = "auto", sha256: str | None = None) -> Backbone:
     """A backbone in eval mode.
 
     Args:
         name: one of :func:`list_backbones`.
-        weights: ``"auto"`` (vsekit's weight cache, then the torch cache, else an error
-            saying what to install), ``"random"`` (no pretrained weights, for tests and
-            shapes), or a local weights file (safetensors or a PyTorch state dict).
+        weights: ``"auto"`` (the one installed source, see :mod:`vsekit.features.weights`;
+            an error saying what to install if missing), ``"random"`` (no pretrained
+            weights, for tests and shapes), or a local weights file (safetensors or a
+            PyTorch state dict).
+        sha256: the weights file's expected sha256; a different file is a WeightsError.
     """
     model = BACKBONES.get(name)()
     model.name = name
     if weights != "random":
         from .weights import load_backbone_weights
 
-        load_backbone_weights(model, weights)
+        load_backbone_weights(model, weights, expect_sha256=sha256)
     return model.eval()

@@ -26,11 +26,12 @@ import torch
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
+from ..fsio import atomic_write
 from ..images import ImageError, load_image
 from .backbones import Backbone
 from .crops import crop_views
 from .rmac import rmac
-from .store import STORE_VERSION, FeatureStore, StoreError, atomic_write_text, ids_digest
+from .store import STORE_VERSION, FeatureStore, StoreError, ids_digest
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,8 @@ def _store_meta(
     return {
         "version": STORE_VERSION,
         "backbone": model.name,
-        "weights": getattr(model, "weights_source", "random"),
+        "weights": model.weights_source,
+        "weights_sha256": model.weights_sha256,
         "layers": [{"name": lay.name, "channels": lay.channels} for lay in model.layers],
         "fne_dim": model.fne_dim,
         "baseline_layer": model.baseline_layer,
@@ -196,7 +198,7 @@ def extract_to_store(
             return FeatureStore(out)
         meta = old
     else:
-        atomic_write_text(meta_file, json.dumps(meta, indent=2))
+        atomic_write(meta_file, json.dumps(meta, indent=2))
 
     n, dim = len(items), model.fne_dim
     prog_file = out / "progress.json"
@@ -212,13 +214,13 @@ def extract_to_store(
     for name, keep in (("ids.txt", rows), ("splits.txt", rows)):
         f = out / name
         lines = f.read_text(encoding="utf-8").splitlines()[:keep] if f.is_file() else []
-        atomic_write_text(f, "".join(x + "\n" for x in lines))
+        atomic_write(f, "".join(x + "\n" for x in lines))
     failed_f = out / "failed.jsonl"
     failed = (
         [json.loads(x) for x in failed_f.read_text().splitlines()] if failed_f.is_file() else []
     )
     failed = [f for f in failed if f["index"] < done]
-    atomic_write_text(failed_f, "".join(json.dumps(f) + "\n" for f in failed))
+    atomic_write(failed_f, "".join(json.dumps(f) + "\n" for f in failed))
 
     def open_array(name: str, d: int) -> np.memmap:
         f = out / name
@@ -272,7 +274,7 @@ def extract_to_store(
             done = batch[-1][0] + 1
             run_secs = time.perf_counter() - t0
             runs[-1].update(images=done - runs[-1]["from"], seconds=round(run_secs, 1))
-            atomic_write_text(
+            atomic_write(
                 prog_file,
                 json.dumps(
                     {"images": done, "rows": rows, "seconds": elapsed + run_secs, "runs": runs}
@@ -293,7 +295,7 @@ def extract_to_store(
         extract_seconds=round(elapsed + time.perf_counter() - t0, 1),
         runs=[r for r in runs if r["images"]],
     )
-    atomic_write_text(meta_file, json.dumps(meta, indent=2))
+    atomic_write(meta_file, json.dumps(meta, indent=2))
     return FeatureStore(out)
 
 
@@ -324,11 +326,11 @@ def embed_images(
 def check_store_matches(store: FeatureStore, model: Backbone, crops: int) -> None:
     """Raise :class:`StoreError` if ``store`` was not made by ``model`` with ``crops``."""
     m = store.meta
-    mine = {
-        "backbone": model.name,
-        "weights": getattr(model, "weights_source", "random"),
-        "crops": crops,
-    }
+    mine = {"backbone": model.name, "crops": crops}
+    if "weights_sha256" in m:  # stores from before weight hashes compare by source
+        mine["weights_sha256"] = model.weights_sha256
+    else:
+        mine["weights"] = model.weights_source
     diff = [f"{k}: store {m.get(k)!r} vs {v!r}" for k, v in mine.items() if m.get(k) != v]
     if diff:
         raise StoreError(f"{store.path}: features do not match the model ({'; '.join(diff)})")

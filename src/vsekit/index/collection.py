@@ -57,6 +57,12 @@ CREATE TABLE IF NOT EXISTS failed (
 """
 
 
+def model_info(model, name: str) -> dict:
+    """What an index records about ``model`` (a :class:`~vsekit.runtime.VSEModel`): its
+    name, fingerprint (weights, backbone weights' sha256, image side), dim, similarity."""
+    return model.describe(name)
+
+
 class CollectionError(ValueError):
     """An index could not be opened or does not fit the model; names the path."""
 

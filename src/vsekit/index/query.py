@@ -3,10 +3,12 @@ in, with the model's own similarity and the same input checks everywhere."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
-from ..models.bundle import EmbeddingModel
-from .collection import Collection, Hit
+from ..runtime import VSEModel, load_model
+from .collection import Collection, Hit, model_info
 
 MAX_QUERY_CHARS = 500
 MAX_K = 1000
@@ -28,20 +30,20 @@ def check_k(k: int) -> int:
     return k
 
 
-def _score_fn(model: EmbeddingModel):
+def _score_fn(model: VSEModel):
     if model.similarity_name == "cosine":
         return None  # plain dot products of unit vectors: exact or FAISS
-    return lambda emb, q: model.scores(emb, q).T  # [n, Q] -> [Q, n]
+    return lambda emb, q: model.similarity(emb, q).T  # [n, Q] -> [Q, n]
 
 
 def search_text(
-    coll: Collection, model: EmbeddingModel, text: str, k: int = 20, method: str = "auto"
+    coll: Collection, model: VSEModel, text: str, k: int = 20, method: str = "auto"
 ) -> list[Hit]:
-    return search_text_embedding(coll, model, model.embed_texts([check_query(text)]), k, method)
+    return search_text_embedding(coll, model, model.encode_text([check_query(text)]), k, method)
 
 
 def search_text_embedding(
-    coll: Collection, model: EmbeddingModel, q: np.ndarray, k: int = 20, method: str = "auto"
+    coll: Collection, model: VSEModel, q: np.ndarray, k: int = 20, method: str = "auto"
 ) -> list[Hit]:
     """Images best matching an already-embedded text query ``q`` ([D] or [1, D]), scored
     with the model's own similarity (the service embeds outside its collection lock)."""
@@ -49,14 +51,27 @@ def search_text_embedding(
 
 
 def search_vector(
-    coll: Collection, model: EmbeddingModel, emb: np.ndarray, k: int = 20, method: str = "auto"
+    coll: Collection, model: VSEModel, emb: np.ndarray, k: int = 20, method: str = "auto"
 ) -> list[Hit]:
     """Images nearest to an image embedding (cosine between image embeddings)."""
     return coll.search(np.atleast_2d(emb), check_k(k), method)[0]
 
 
 def search_image(
-    coll: Collection, model: EmbeddingModel, image, k: int = 20, method: str = "auto"
+    coll: Collection, model: VSEModel, image, k: int = 20, method: str = "auto"
 ) -> list[Hit]:
     """``image``: a path or a PIL image (ImageError if unreadable)."""
-    return search_vector(coll, model, model.embed_images([image])[0], k, method)
+    return search_vector(coll, model, model.encode_image(image), k, method)
+
+
+def open_collection(
+    index: str | Path, model_name: str | None = None, device: str | None = None
+) -> tuple[Collection, VSEModel]:
+    """The collection at ``index`` and its model (by default the one it was built with);
+    CollectionError if the model's fingerprint is not the index's."""
+    coll = Collection(index)
+    name = model_name or coll.model_name
+    model = load_model(name, device=device)
+    if model.fingerprint != coll.fingerprint:
+        Collection(index, model_info(model, name))  # raises with the explanation
+    return coll, model

@@ -7,56 +7,20 @@ and return ``(scores[Q, k'], rows[Q, k'])`` sorted by decreasing score, with
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
-ScoreFn = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (emb[n, D], q[Q, D]) -> [Q, n]
+from ..topk import EXACT_CHUNK, ScoreFn, dot_scores, exact_search
 
-EXACT_CHUNK = 65_536  # database rows per matrix product: 65k x 512 floats = 128 MB
+__all__ = [
+    "EXACT_CHUNK",
+    "FAISS_MIN_ROWS",
+    "FaissSearcher",
+    "ScoreFn",
+    "dot_scores",
+    "exact_search",
+]
+
 FAISS_MIN_ROWS = 100_000  # "auto" switches to FAISS from this many live rows
-
-
-def dot_scores(emb: np.ndarray, q: np.ndarray) -> np.ndarray:
-    return q @ emb.T
-
-
-def exact_search(
-    emb: np.ndarray,
-    q: np.ndarray,
-    k: int,
-    live: np.ndarray | None = None,
-    score_fn: ScoreFn = dot_scores,
-    chunk: int = EXACT_CHUNK,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-k by scanning ``emb`` in chunks of ``chunk`` rows.
-
-    Memory is ``O(Q * (chunk + k))`` whatever N is; each chunk's candidates are merged
-    into the running top-k with ``argpartition`` (ties broken towards lower rows).
-    """
-    q = np.ascontiguousarray(q, dtype=np.float32)
-    n_q = q.shape[0]
-    best_s = np.full((n_q, 0), -np.inf, np.float32)
-    best_r = np.zeros((n_q, 0), np.int64)
-    for a in range(0, emb.shape[0], chunk):
-        block = np.asarray(emb[a : a + chunk], dtype=np.float32)
-        s = score_fn(block, q).astype(np.float32, copy=False)
-        if live is not None:
-            s = np.where(live[a : a + block.shape[0]][None, :], s, -np.inf)
-        rows = np.broadcast_to(np.arange(a, a + block.shape[0]), s.shape)
-        s = np.concatenate([best_s, s], axis=1)
-        rows = np.concatenate([best_r, rows], axis=1)
-        if s.shape[1] > k:
-            part = np.argpartition(-s, k - 1, axis=1)[:, :k]
-            s = np.take_along_axis(s, part, axis=1)
-            rows = np.take_along_axis(rows, part, axis=1)
-        best_s, best_r = s, rows
-    order = np.lexsort((best_r, -best_s))  # score descending, then row
-    best_s = np.take_along_axis(best_s, order, axis=1)
-    best_r = np.take_along_axis(best_r, order, axis=1)
-    n_live = emb.shape[0] if live is None else int(live[: emb.shape[0]].sum())
-    keep = min(k, n_live)
-    return best_s[:, :keep], best_r[:, :keep]
 
 
 class FaissSearcher:
@@ -99,13 +63,11 @@ class FaissSearcher:
 
     def save(self, path) -> None:
         """Write the FAISS index atomically (written beside, then renamed)."""
-        import os
-
         import faiss
 
-        tmp = f"{path}.{os.getpid()}.tmp"
-        faiss.write_index(self.index, tmp)
-        os.replace(tmp, path)
+        from ..fsio import atomic_write
+
+        atomic_write(path, lambda tmp: faiss.write_index(self.index, str(tmp)))
 
     @classmethod
     def load(cls, path, nprobe: int = 32) -> FaissSearcher:

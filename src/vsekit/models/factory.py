@@ -11,7 +11,7 @@ from torch import nn
 
 from ..data.vocab import Vocabulary
 from ..registry import Registry
-from ..tags.model import BilinearTagger
+from .bilinear import BilinearTagger
 from .joint import JointConfig, JointEmbedding
 from .w2vv import Word2VisualVec
 
@@ -19,6 +19,9 @@ MODELS: Registry[type[nn.Module]] = Registry("model")
 MODELS.register("joint")(JointEmbedding)
 MODELS.register("w2vv")(Word2VisualVec)
 MODELS.register("bilinear")(BilinearTagger)
+
+
+list_models = MODELS.names
 
 
 def create_model(img_dim: int, vocab: Vocabulary, cfg: JointConfig) -> nn.Module:

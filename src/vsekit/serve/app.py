@@ -30,7 +30,6 @@ from PIL import Image, ImageOps
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..images import ImageError, load_image
-from ..index.annotate import CaptionPool
 from ..index.collection import Collection, Hit
 from ..index.query import (
     MAX_K,
@@ -39,7 +38,7 @@ from ..index.query import (
     search_text_embedding,
     search_vector,
 )
-from ..models.bundle import EmbeddingModel
+from ..runtime import VSEModel
 
 MAX_UPLOAD_BYTES = 20 * 1024 * 1024
 THUMB_SIZE = 256
@@ -62,7 +61,7 @@ def _hit_json(h: Hit) -> dict:
     }
 
 
-def create_app(coll: Collection, model: EmbeddingModel, method: str = "auto") -> FastAPI:
+def create_app(coll: Collection, model: VSEModel, method: str = "auto") -> FastAPI:
     """The service for one collection and the model its embeddings come from."""
     app = FastAPI(
         title="vsekit",
@@ -70,7 +69,7 @@ def create_app(coll: Collection, model: EmbeddingModel, method: str = "auto") ->
         version="1",
     )
     lock = threading.Lock()  # one SQLite connection and FAISS index, shared by requests
-    pool = CaptionPool(model)
+    pool = model.caption_pool
     thumbs: OrderedDict[tuple, bytes] = OrderedDict()
 
     @app.exception_handler(ApiError)
@@ -134,7 +133,7 @@ def create_app(coll: Collection, model: EmbeddingModel, method: str = "auto") ->
             q = check_query(q)
         except ValueError as e:
             raise ApiError(400, str(e)) from e
-        emb = model.embed_texts([q])  # the model is read-only: encode outside the lock
+        emb = model.encode_text([q])  # the model is read-only: encode outside the lock
         return {"query": q, "results": [_hit_json(h) for h in hits(search_text_embedding, emb, k)]}
 
     @app.post("/search/image")
@@ -142,12 +141,12 @@ def create_app(coll: Collection, model: EmbeddingModel, method: str = "auto") ->
         file: Annotated[UploadFile, File()], k: Annotated[int, Query(ge=1, le=MAX_K)] = 20
     ) -> dict:
         im = read_upload(file)
-        emb = model.embed_images([im])[0]
+        emb = model.encode_image(im)
         return {"results": [_hit_json(h) for h in hits(search_vector, emb, k)]}
 
     def annotation(emb, k: int, feats=None) -> dict:
         caps = pool.best(emb, k)[0]
-        tags = model.tags(feats, 10)[0] if feats is not None else []
+        tags = model.tags_from_features(feats, 10)[0] if feats is not None else []
         return {
             "captions": [{"text": c, "score": round(s, 6)} for c, s in caps],
             "tags": [{"tag": t, "score": round(s, 6)} for t, s in tags],
@@ -158,7 +157,7 @@ def create_app(coll: Collection, model: EmbeddingModel, method: str = "auto") ->
         file: Annotated[UploadFile, File()], k: Annotated[int, Query(ge=1, le=50)] = 5
     ) -> dict:
         feats = model.image_features([read_upload(file)])
-        return annotation(model.embed_features(feats), k, feats)
+        return annotation(model.encode_image_features(feats), k, feats)
 
     @app.get("/annotate/{file_id}")
     def annotate_indexed(file_id: int, k: Annotated[int, Query(ge=1, le=50)] = 5) -> dict:

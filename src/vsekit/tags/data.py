@@ -10,25 +10,11 @@ import numpy as np
 import torch
 
 from ..data.vocab import Vocabulary
-from ..text.glove import load_glove
-from ..train.task import FeatureTask
+from ..models.task import FeatureTask
+from ..text.glove import tag_vectors
 from .metrics import precision_at_k, sample_distractors
 
 PAD = 0
-
-
-def tag_vectors(tags: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """``([T, 50] vectors, [T] known)``: a tag's vector is the mean GloVe vector of its
-    words (compound nouns); tags with no known word are not ``known``."""
-    index, vectors = load_glove()
-    out = np.zeros((len(tags), vectors.shape[1]), np.float32)
-    known = np.zeros(len(tags), bool)
-    for k, t in enumerate(tags):
-        rows = [index[w] for w in t.split() if w in index]
-        if rows:
-            out[k] = np.asarray(vectors[sorted(rows)]).mean(axis=0)
-            known[k] = True
-    return out, known
 
 
 @dataclass

@@ -22,13 +22,12 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import os
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..features.weights import cache_dir
+from ..fsio import atomic_write, cache_dir
 
 SCHEMES = ("nouns", "compound")
 NOUN_POS = ("NOUN", "PROPN")
@@ -171,11 +170,11 @@ def dataset_digest(ids: Sequence[str], texts: Sequence[str], c2i: Sequence[int])
 
 
 def _atomic_write_json_gz(path: Path, obj) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with gzip.open(tmp, "wt", encoding="utf-8") as f:
-        json.dump(obj, f)
-    tmp.replace(path)
+    def write(tmp: Path) -> None:
+        with gzip.open(tmp, "wt", encoding="utf-8") as f:
+            json.dump(obj, f)
+
+    atomic_write(path, write)
 
 
 def cached_parses(ds, progress: bool = False) -> list[ParsedCaption]:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from .data import tag_vectors
+from ..text.glove import tag_vectors
 
 
 @torch.inference_mode()

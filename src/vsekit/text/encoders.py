@@ -37,14 +37,14 @@ class TextEncoderConfig:
     stopwords: bool = False  # vectorisers (bow, trigram, mean_glove): drop English stop words
 
 
-TEXT_ENCODERS: Registry[type[nn.Module]] = Registry("text encoder")
+TEXT_ENCODERS: Registry[type[nn.Module]] = Registry(
+    "text encoder", modules=("vsekit.text.vectorizers",)
+)
 register_text_encoder = TEXT_ENCODERS.register
 list_text_encoders = TEXT_ENCODERS.names
 
 
 def create_text_encoder(vocab: Vocabulary, cfg: TextEncoderConfig) -> nn.Module:
-    from . import vectorizers  # noqa: F401  (registers bow, trigram, mean_glove)
-
     return TEXT_ENCODERS.get(cfg.kind)(vocab, cfg)
 
 

@@ -42,3 +42,17 @@ def glove_matrix(words: list[str], dim: int | None = None, seed: int = 0) -> tup
         rows, src = zip(*known, strict=True)
         out[list(rows)] = vectors[list(src)]
     return out, len(known)
+
+
+def tag_vectors(tags: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """``([T, 50] vectors, [T] known)``: a tag's vector is the mean GloVe vector of its
+    words (compound nouns); tags with no known word are not ``known``."""
+    index, vectors = load_glove()
+    out = np.zeros((len(tags), vectors.shape[1]), np.float32)
+    known = np.zeros(len(tags), bool)
+    for k, t in enumerate(tags):
+        rows = [index[w] for w in t.split() if w in index]
+        if rows:
+            out[k] = np.asarray(vectors[sorted(rows)]).mean(axis=0)
+            known[k] = True
+    return out, known

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..features.store import atomic_write_text
+from ..fsio import atomic_dir, atomic_write
 
 
 def optimizer_to_flat(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
@@ -64,29 +64,30 @@ def save_epoch(
 ) -> Path:
     """Write ``epochs/e{epoch}``, then point ``last.json`` (and ``best.json``) at it."""
     d = run / "epochs" / f"e{epoch:04d}"
-    tmp = d.with_name(d.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    save_file(
-        {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
-        str(tmp / "model.safetensors"),
-    )
-    tensors, opt_info = optimizer_to_flat(opt)
-    tensors["rng.torch"] = torch.get_rng_state()
-    save_file(tensors, str(tmp / "state.safetensors"))
-    full = {**state, "epoch": epoch, "optimizer": opt_info, "numpy_rng": rng.bit_generator.state}
-    (tmp / "state.json").write_text(json.dumps(full))
-    shutil.rmtree(d, ignore_errors=True)
-    tmp.rename(d)
+    with atomic_dir(d) as tmp:
+        save_file(
+            {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
+            str(tmp / "model.safetensors"),
+        )
+        tensors, opt_info = optimizer_to_flat(opt)
+        tensors["rng.torch"] = torch.get_rng_state()
+        save_file(tensors, str(tmp / "state.safetensors"))
+        full = {
+            **state,
+            "epoch": epoch,
+            "optimizer": opt_info,
+            "numpy_rng": rng.bit_generator.state,
+        }
+        (tmp / "state.json").write_text(json.dumps(full))
     rel = str(d.relative_to(run))
     if best:
-        atomic_write_text(
+        atomic_write(
             run / "best.json",
             json.dumps(
                 {"epoch": epoch, "path": rel, "metrics": state.get("metrics", {})}, indent=2
             ),
         )
-    atomic_write_text(run / "last.json", json.dumps({"epoch": epoch, "path": rel}, indent=2))
+    atomic_write(run / "last.json", json.dumps({"epoch": epoch, "path": rel}, indent=2))
     _prune(run)
     return d
 

@@ -10,6 +10,7 @@ import numpy as np
 from ..data import Dataset
 from ..features.backbones import create_backbone
 from ..features.extract import ExtractItem, extract_to_store
+from ..features.kinds import features_of_kind
 from ..features.store import FeatureStore, StoreError
 from .config import DataConfig
 
@@ -50,17 +51,9 @@ def image_features(store: FeatureStore, kind: str, ids: list[str]) -> np.ndarray
     (L2-normalised one-layer), ``baseline_raw`` (the same, not normalised), ``rmac`` or
     ``pooled`` (every layer, raw)."""
     rows = store.rows_for(ids)
-    if kind == "fne":
+    if kind == "fne":  # computed by features_of_kind when the FNE was fitted
         return np.asarray(store.fne[rows])
-    if kind == "baseline":
-        return store.baseline()[rows]
-    if kind == "baseline_raw":  # the one-layer features before L2 normalisation
-        sl = store.layer_slices()[store.meta["baseline_layer"]]
-        return np.asarray(store.pooled[rows][:, sl])
     if kind == "rmac":
         return np.asarray(store.rmac[rows])
-    if kind == "pooled":
-        return np.asarray(store.pooled[rows])
-    raise ValueError(
-        f"unknown feature kind {kind!r}; use fne | baseline | baseline_raw | rmac | pooled"
-    )
+    sl = store.layer_slices()[store.meta["baseline_layer"]]
+    return features_of_kind(np.asarray(store.pooled[rows]), kind, sl)

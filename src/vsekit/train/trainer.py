@@ -26,12 +26,13 @@ from tqdm import tqdm
 from ..data import Dataset, Vocabulary, load_dataset, tokenize
 from ..eval.model_eval import evaluate_model
 from ..features.store import StoreError
+from ..fsio import atomic_write
 from ..losses import create_loss
 from ..models.factory import create_model
+from ..models.task import FeatureTask
 from . import checkpoint as ckpt
 from .config import ExperimentConfig
 from .features import ensure_store, image_features
-from .task import FeatureTask
 
 
 @dataclass
@@ -210,7 +211,7 @@ class Trainer:
             "img_dim": self.data.img_dim,
             "store_fingerprint": self.data.store_fingerprint,
         }
-        ckpt.atomic_write_text(self.run / "config.json", json.dumps(meta, indent=2))
+        atomic_write(self.run / "config.json", json.dumps(meta, indent=2))
         self.data.vocab.save(self.run / "vocab.json")  # words (or, for tag models, tags)
 
     # ------------------------------------------------------------ loop
@@ -382,7 +383,7 @@ class Trainer:
         f = self.run / "metrics.jsonl"
         if f.is_file():
             rows = [r for r in f.read_text().splitlines() if json.loads(r)["epoch"] <= last_epoch]
-            ckpt.atomic_write_text(f, "".join(r + "\n" for r in rows))
+            atomic_write(f, "".join(r + "\n" for r in rows))
 
     def _plot(self) -> None:
         f = self.run / "metrics.jsonl"
@@ -402,10 +403,8 @@ class Trainer:
         ax[1].plot(ep, [r["loss"] for r in rows], marker="o", color="C1")
         ax[1].set(xlabel="epoch", ylabel="train loss")
         fig.tight_layout()
-        tmp = self.run / ".curves.png"
-        fig.savefig(tmp, dpi=100, format="png")
+        atomic_write(self.run / "curves.png", lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
         plt.close(fig)
-        tmp.replace(self.run / "curves.png")
 
 
 def train(
@@ -414,7 +413,7 @@ def train(
     """Load data (extracting features if the store is missing) and train."""
     run = Path(run_dir)
     if cfg.task == "tags":
-        from ..tags.training import load_tag_data
+        from .tags import load_tag_data
 
         data = load_tag_data(cfg, progress)
     else:

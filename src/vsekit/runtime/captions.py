@@ -3,24 +3,16 @@ similarity. The pool's embeddings are computed once per model and cached."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..features.weights import cache_dir
-from ..models.bundle import EmbeddingModel
-from .search import exact_search
+from ..fsio import atomic_write, cache_dir, np_bytes
+from ..topk import exact_search
 
-
-def model_info(model: EmbeddingModel, name: str) -> dict:
-    """What an index records about the model its embeddings come from."""
-    return {
-        "name": name,
-        "fingerprint": model.fingerprint,
-        "dim": model.embed_dim,
-        "similarity": model.similarity_name,
-    }
+if TYPE_CHECKING:
+    from .model import VSEModel
 
 
 class CaptionPool:
@@ -31,7 +23,7 @@ class CaptionPool:
     """
 
     def __init__(
-        self, model: EmbeddingModel, captions: Sequence[str] | None = None, cache: bool = True
+        self, model: VSEModel, captions: Sequence[str] | None = None, cache: bool = True
     ) -> None:
         self.model = model
         # unique captions, first occurrence order: duplicates would crowd the top-k
@@ -46,13 +38,9 @@ class CaptionPool:
             if self._cache and path.is_file():
                 self._emb = np.load(path, mmap_mode="r")
             else:
-                self._emb = self.model.embed_texts(self.captions)
+                self._emb = self.model.encode_text(self.captions)
                 if self._cache:
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                    with open(tmp, "wb") as fh:
-                        np.save(fh, self._emb)
-                    tmp.replace(path)
+                    atomic_write(path, np_bytes(self._emb))
         return self._emb
 
     def best(self, img_emb: np.ndarray, k: int = 5) -> list[list[tuple[str, float]]]:
@@ -63,7 +51,7 @@ class CaptionPool:
             scores, rows = exact_search(self.embeddings, q, k)
         else:  # captions are the "text" side of the model's similarity
             scores, rows = exact_search(
-                self.embeddings, q, k, score_fn=lambda c, i: self.model.scores(i, c)
+                self.embeddings, q, k, score_fn=lambda c, i: self.model.similarity(i, c)
             )
         return [
             [(self.captions[r], float(s)) for s, r in zip(sr, rr, strict=True)]

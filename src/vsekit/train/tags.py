@@ -4,10 +4,10 @@ captions (cached), aligned per split."""
 from __future__ import annotations
 
 from ..data import load_dataset
-from ..train.config import ExperimentConfig
-from ..train.features import ensure_store, image_features
-from .data import TagData
-from .mining import mine_tags
+from ..tags.data import TagData
+from ..tags.mining import mine_tags
+from .config import ExperimentConfig
+from .features import ensure_store, image_features
 
 
 def load_tag_data(cfg: ExperimentConfig, progress: bool = True) -> TagData:

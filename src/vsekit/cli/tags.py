@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .cli import command
+from ._base import command
 
 
 @command
@@ -29,9 +29,9 @@ def _add_tags(sub: argparse._SubParsersAction) -> None:
 
 
 def _tags_mine(args: argparse.Namespace) -> int:
-    from .data import load_dataset
-    from .features.weights import cache_dir
-    from .tags.mining import dataset_digest, mine_tags, parse_relevance, save_tags
+    from ..data import load_dataset
+    from ..features.weights import cache_dir
+    from ..tags.mining import dataset_digest, mine_tags, parse_relevance, save_tags
 
     parse_relevance(args.relevance)  # fail fast on a bad spec
     ds = load_dataset(args.root, args.dataset)
@@ -67,10 +67,10 @@ def _add_tag(sub: argparse._SubParsersAction) -> None:
 
 
 def _tag(args: argparse.Namespace) -> int:
-    from .features import ImageFeaturizer
-    from .features.store import FeatureStore
-    from .tags.ranking import rank_vocabulary
-    from .train import load_run
+    from ..features import ImageFeaturizer
+    from ..features.store import FeatureStore
+    from ..tags.ranking import rank_vocabulary
+    from ..train import load_run
 
     model, meta = load_run(args.model)
     if meta["config"].get("task") != "tags":

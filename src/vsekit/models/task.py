@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from ..models.factory import create_model
+from .factory import create_model
 
 
 class FeatureTask:

@@ -9,15 +9,15 @@ import shutil
 import sys
 from pathlib import Path
 
-from .cli import command
+from ._base import command
 
 DEFAULT_INDEX = "~/.cache/vsekit/index"
 
 
 def _load_model(name: str):
-    from .models.bundle import EmbeddingModel
+    from ..runtime import load_model
 
-    return EmbeddingModel.load(name)
+    return load_model(name)
 
 
 # ---------------------------------------------------------------- vse model
@@ -36,26 +36,56 @@ def _add_model(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--split", default="train", help="split of --captions-from (default train)")
     e.add_argument("--tagger", help="a tag-ranking run on the same image features, to ship too")
     e.set_defaults(handler=_model_export)
+    pin = msub.add_parser(
+        "pin",
+        help="record the installed backbone weights' sha256 in a bundle that lacks it "
+        "(only after they classify the test photos correctly)",
+    )
+    pin.add_argument("bundle", help="model bundle directory")
+    pin.add_argument("--weights", default="auto", help="weights file (default: installed)")
+    pin.set_defaults(handler=_model_pin)
     i = msub.add_parser("info", help="what a model is, how it was trained and its dev metrics")
     i.add_argument("model", nargs="?", default="default")
     i.set_defaults(handler=_model_info)
 
 
 def _model_export(args: argparse.Namespace) -> int:
-    from .models.bundle import EmbeddingModel
+    from ..train.export import attach_tagger, model_from_run
 
-    m = EmbeddingModel.from_run(args.run, args.checkpoint)
+    m = model_from_run(args.run, args.checkpoint)
     if args.tagger:
-        m.attach_tagger(args.tagger)
+        attach_tagger(m, args.tagger)
     captions: list[str] = []
     if args.captions_from:
-        from .data import load_dataset
+        from ..data import load_dataset
 
         ds = load_dataset(args.captions_from).split(args.split)
         captions = list(ds.texts)
     out = m.save(args.out, half=not args.fp32, captions=captions)
     size = sum(f.stat().st_size for f in out.iterdir())
     print(f"wrote {out} ({size / 1e6:.1f} MB, {len(captions)} captions)")
+    return 0
+
+
+def _model_pin(args: argparse.Namespace) -> int:
+    import json as _json
+
+    from ..features import create_backbone
+    from ..features.check import check_backbone
+    from ..fsio import atomic_write
+
+    path = Path(args.bundle) / "bundle.json"
+    info = _json.loads(path.read_text())
+    spec = info["image"]
+    if spec.get("weights_sha256"):
+        raise ValueError(f"{path}: already pinned to weights sha256 {spec['weights_sha256']}")
+    net = create_backbone(spec["backbone"], weights=args.weights)
+    ok, _ = check_backbone(net)
+    if not ok:
+        raise ValueError(f"{net.weights_source}: fails `vse weights check`; not pinning")
+    spec.update(net.identity(int(spec["crops"])))
+    atomic_write(path, _json.dumps(info, indent=2) + "\n")
+    print(f"{path}: pinned {spec['backbone']} weights sha256 {net.weights_sha256}")
     return 0
 
 
@@ -86,7 +116,7 @@ def _add_index(sub: argparse._SubParsersAction) -> None:
 def _index(args: argparse.Namespace) -> int:
     import torch
 
-    from .index import Collection, model_info
+    from ..index import Collection, model_info
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -95,7 +125,7 @@ def _index(args: argparse.Namespace) -> int:
         shutil.rmtree(index)
     model = _load_model(args.model)
     coll = Collection(index, model_info(model, args.model))
-    rep = coll.update(args.folder, model.embed_images, args.batch_size, not args.quiet)
+    rep = coll.update(args.folder, model.encode_image, args.batch_size, not args.quiet)
     for path, err in rep.failed:
         print(f"skipped {path}: {err}" if not err.startswith(path) else f"skipped {err}")
     print(f"{index}: {rep.summary()}; {len(coll)} images indexed")
@@ -116,24 +146,12 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=_search)
 
 
-def open_index(index: str, model_name: str | None = None):
-    """The collection at ``index`` and its model (the one it was built with by default)."""
-    from .index import Collection, model_info
-
-    coll = Collection(index)
-    name = model_name or coll.model_name
-    model = _load_model(name)
-    if model.fingerprint != coll.fingerprint:
-        Collection(index, model_info(model, name))  # raises with the explanation
-    return coll, model
-
-
 def _search(args: argparse.Namespace) -> int:
-    from .index.query import search_image, search_text
+    from ..index.query import open_collection, search_image, search_text
 
     if (args.query is None) == (args.image is None):
         raise ValueError("give either a text query or --image FILE")
-    coll, model = open_index(args.index, args.model)
+    coll, model = open_collection(args.index, args.model)
     if args.query is not None:
         hits = search_text(coll, model, args.query, args.k, args.method)
     else:
@@ -159,14 +177,12 @@ def _add_annotate(sub: argparse._SubParsersAction) -> None:
 
 
 def _annotate(args: argparse.Namespace) -> int:
-    from .index import CaptionPool
-
     model = _load_model(args.model)
     if not model.captions:
         raise ValueError(f"model {args.model!r} has no caption pool (export it --captions-from)")
     feats = model.image_features([args.image])
-    best = CaptionPool(model).best(model.embed_features(feats), args.k)[0]
-    tags = model.tags(feats, args.tags)[0]
+    best = model.caption_pool.best(model.encode_image_features(feats), args.k)[0]
+    tags = model.tags_from_features(feats, args.tags)[0]
     if args.json:
         caps = [{"text": c, "score": s} for c, s in best]
         print(
@@ -196,9 +212,10 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from .serve.app import create_app
+    from ..index.query import open_collection
+    from ..serve.app import create_app
 
-    coll, model = open_index(args.index, args.model)
+    coll, model = open_collection(args.index, args.model)
     print(f"serving {len(coll)} images from {coll.path} on http://{args.host}:{args.port}/")
     sys.stdout.flush()
     uvicorn.run(create_app(coll, model), host=args.host, port=args.port, log_level="warning")

@@ -1,0 +1,48 @@
+"""The ``vse`` command. Thin: parses arguments, calls the library, prints.
+
+One module per command group (``data``, ``weights``, ``features``, ``train``,
+``search`` for model/index/search/annotate/serve, ``tags``); each adds its sub-parser
+with ``@command``; a handler receives the parsed
+``argparse.Namespace`` and returns an exit code. Library errors that describe bad input
+(:class:`vsekit.data.DatasetError`, ``FileNotFoundError``, ``ValueError``) become a
+one-line ``vse: error: ...`` message and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from .. import __version__
+from . import data, features, search, tags, train, weights  # noqa: F401  (register commands)
+from ._base import COMMANDS
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vse", description="vsekit: visual-semantic embeddings for images and sentences."
+    )
+    parser.add_argument("--version", action="version", version=f"vsekit {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in COMMANDS:
+        add(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from ..data import DatasetError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except (DatasetError, FileNotFoundError, ValueError, RuntimeError) as e:
+        print(f"vse: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("vse: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""From a training run to a model bundle (:class:`~vsekit.runtime.VSEModel`): the image
+side is read from the FeatureStore the run trained on, so the bundle records the backbone,
+its weights' sha256 and preprocessing, the crops and the feature kind."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..features.store import FeatureStore
+from ..runtime.model import BUNDLE_VERSION, ModelError, VSEModel
+from .trainer import load_run
+
+
+def _run_metrics(run: Path, which: str) -> dict | None:
+    p = run / f"{which}.json"
+    return json.loads(p.read_text()).get("metrics") if p.is_file() else None
+
+
+def image_spec(store: FeatureStore, features: str) -> dict:
+    """What a bundle records of the image side, from the store the run trained on."""
+    m = store.meta
+    return {
+        "backbone": m["backbone"],
+        "weights_sha256": m.get("weights_sha256"),
+        "preprocessing": {
+            "mean": m["preprocess"]["mean"],
+            "std": m["preprocess"]["std"],
+            "input_size": m["input_size"],
+            "crops": int(m["crops"]),
+        },
+        "crops": int(m["crops"]),
+        "features": features,
+        "baseline_layer": m["baseline_layer"],
+        "fne": m.get("fne") if features == "fne" else None,
+    }
+
+
+def model_from_run(run: str | Path, which: str = "best", store: str | None = None) -> VSEModel:
+    """A training run as a :class:`VSEModel` (``store`` overrides the run's store path)."""
+    run = Path(run)
+    model, meta = load_run(run, which)
+    data = meta["config"]["data"]
+    fs = FeatureStore(Path(store or data["store"]).expanduser())
+    if meta.get("store_fingerprint") and fs.fingerprint() != meta["store_fingerprint"]:
+        raise ModelError(
+            f"{fs.path}: not the FeatureStore run {run} trained on (fingerprint differs)"
+        )
+    spec = image_spec(fs, data["features"])
+    if spec["weights_sha256"] is None and fs.meta.get("weights") != "random":
+        raise ModelError(
+            f"{fs.path}: the store records no backbone weights sha256; re-extract it "
+            "(`vse features extract`) so that the bundle can pin its weights"
+        )
+    if spec["weights_sha256"] is None:
+        spec["weights"] = "random"
+    info = {
+        "version": BUNDLE_VERSION,
+        "config": meta["config"],
+        "img_dim": meta["img_dim"],
+        "image": spec,
+        "source": {"run": run.name, "checkpoint": which},
+        "dev_metrics": _run_metrics(run, which),
+    }
+    stats = fs.fne_stats() if data["features"] == "fne" else None
+    return VSEModel(model, info, stats, None, run)
+
+
+def attach_tagger(model: VSEModel, run: str | Path) -> None:
+    """Add a trained tag ranker (a ``task: tags`` run) that reads the same image
+    features as ``model`` (ValueError if it does not)."""
+    tagger, meta = load_run(run)
+    data = meta["config"]["data"]
+    spec = model.info["image"]
+    if meta["config"].get("task") != "tags":
+        raise ValueError(f"{run}: not a tag-ranking run")
+    if (data["backbone"], int(data["crops"]), data["features"]) != (
+        spec["backbone"],
+        int(spec["crops"]),
+        spec["features"],
+    ):
+        raise ValueError(f"{run}: its image features differ from the model's ({spec})")
+    model.tagger = (tagger.W.detach().float().cpu(), list(tagger.vocab.itos))
+    model.info["tagger"] = {"run": Path(run).name, "dev_metrics": _run_metrics(Path(run), "best")}

@@ -55,10 +55,13 @@ def test_order_similarity_formula_and_chunking(monkeypatch):
 
 def test_loss_gradients_and_registry():
     assert {"max_hinge", "sum_hinge", "mse"} <= set(list_losses())
-    # a trainer offers every loss option; each loss takes only those it declares
-    hinge = create_loss("max_hinge", margin=0.5, similarity="cosine", abs=False, k_top=3)
+    hinge = create_loss("max_hinge", margin=0.5, similarity="cosine", abs=False)
     assert hinge.margin == 0.5
-    create_loss("mse", margin=0.5)
+    # an option the loss does not take is an error, not silently dropped
+    with pytest.raises(ValueError, match=r"max_hinge: unknown option\(s\) \['k_top'\]"):
+        create_loss("max_hinge", margin=0.5, k_top=3)
+    with pytest.raises(ValueError, match="mse: unknown option"):
+        create_loss("mse", margin=0.5)
     img = torch.randn(4, 3, requires_grad=True)
     txt = torch.randn(4, 3, requires_grad=True)
     create_loss("max_hinge")(img, txt).backward()

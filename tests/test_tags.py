@@ -209,7 +209,7 @@ def planted_tags(n, seed):
 
 @pytest.mark.parametrize("loss", [{"name": "sje", "delta": "II"}, {"name": "listsje", "k_top": 2}])
 def test_tag_ranker_trains_through_the_shared_trainer(tmp_path, loss):
-    from vsekit.models import JointConfig
+    from vsekit.models.bilinear import BilinearConfig
     from vsekit.train.config import DataConfig, ExperimentConfig, LossConfig, TrainConfig
     from vsekit.train.trainer import Trainer, load_run
 
@@ -217,7 +217,7 @@ def test_tag_ranker_trains_through_the_shared_trainer(tmp_path, loss):
     df, dl = planted_tags(100, 1)
     data = TagData.build(tf, tl, df, dl)
     cfg = ExperimentConfig(
-        name="tags", task="tags", data=DataConfig(), model=JointConfig(kind="bilinear"),
+        name="tags", task="tags", data=DataConfig(), model=BilinearConfig(),
         loss=LossConfig(**loss),
         train=TrainConfig(epochs=15, batch_size=16, lr=1e-2, seed=0, threads=1,
                           collapse_epochs=0),
@@ -268,16 +268,23 @@ def test_negatives_are_other_tags_appended_after_the_own_ones():
 
 
 def test_config_overrides():
-    from vsekit.train.config import ConfigError, ExperimentConfig, apply_overrides
+    from vsekit.models.w2vv import W2VVConfig
+    from vsekit.train.config import ConfigError, ExperimentConfig, LossConfig, apply_overrides
 
-    cfg = apply_overrides(
-        ExperimentConfig(), ["tags.scheme=compound", "loss.k_top=3", "model.hidden=[10, 5]"]
-    )
+    base = ExperimentConfig(model=W2VVConfig(), loss=LossConfig(name="listsje"))
+    cfg = apply_overrides(base, ["tags.scheme=compound", "loss.k_top=3", "model.hidden=[10, 5]"])
     assert cfg.tags.scheme == "compound" and cfg.loss.k_top == 3 and cfg.model.hidden == [10, 5]
     for bad, msg in [("loss.nope=1", "unknown field"), ("train.lr=abc", "train.lr"),
-                     ("task=other", "task"), ("novalue", "KEY=VALUE")]:  # fmt: skip
+                     ("task=other", "task"), ("novalue", "KEY=VALUE"),
+                     ("loss.margin=0.1", "loss.margin must be unset: loss listsje takes only"),
+                     ("loss.name=listsej", "loss.name must be"),
+                     ("model.text.kind=gur", "model.text.kind must be"),
+                     ("train.optimizer=adma", "train.optimizer must be"),
+                     ("train.lr=[1", "not valid YAML")]:  # fmt: skip
         with pytest.raises(ConfigError, match=msg):
-            apply_overrides(ExperimentConfig(), [bad])
+            apply_overrides(base, [bad])
+    with pytest.raises(ConfigError, match="unknown field"):  # w2vv's option on a joint model
+        apply_overrides(ExperimentConfig(), ["model.hidden=[10]"])
 
 
 def test_cli_tags_mine(tmp_path, capsys):

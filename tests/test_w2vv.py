@@ -13,7 +13,8 @@ from vsekit.data import Vocabulary, tokenize
 from vsekit.eval.model_eval import evaluate_model, pool_per_image
 from vsekit.eval.text_retrieval import first_caption_split, recall_by_length, text_to_text_map
 from vsekit.losses import create_loss
-from vsekit.models import JointConfig, Word2VisualVec, create_model
+from vsekit.models import Word2VisualVec, create_model
+from vsekit.models.w2vv import W2VVConfig
 from vsekit.text.encoders import TextEncoderConfig, create_text_encoder
 from vsekit.text.glove import load_glove
 from vsekit.text.vectorizers import letter_trigrams
@@ -73,10 +74,10 @@ def test_mean_glove_is_the_mean_of_word_vectors():
     assert not vec(sw, ["the the"]).any()
 
 
-def w2vv_cfg(**kw) -> JointConfig:
+def w2vv_cfg(**kw) -> W2VVConfig:
     base = dict(kind="w2vv", text=TextEncoderConfig(kind="bow"), hidden=[16, 8], dropout=0.2)
     base.update(kw)
-    return JointConfig(**base)
+    return W2VVConfig(**base)
 
 
 def test_mlp_shapes_and_output_relu():

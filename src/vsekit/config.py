@@ -20,6 +20,12 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         args = typing.get_args(tp)
         if value is None and type(None) in args:
             return None
+        tagged = _kinds(args)
+        if tagged and isinstance(value, dict):  # a tagged union: the "kind" key picks
+            kind = value.get("kind", next(iter(tagged)))
+            if kind not in tagged:
+                raise ConfigError(f"{where}.kind: unknown {kind!r}; known: {sorted(tagged)}")
+            return from_dict(tagged[kind], value, where)
         for a in args:
             if a is type(None):
                 continue
@@ -49,6 +55,18 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     ):
         return value
     raise ConfigError(f"{where}: expected {getattr(tp, '__name__', tp)}, got {value!r}")
+
+
+def _kinds(args: tuple) -> dict[str, type] | None:
+    """``{kind: dataclass}`` when every member of a union is a dataclass with a string
+    ``kind`` field default (model sections), else None."""
+    out = {}
+    for a in args:
+        f = dataclasses.is_dataclass(a) and a.__dataclass_fields__.get("kind")
+        if not f or not isinstance(f.default, str):
+            return None
+        out[f.default] = a
+    return out
 
 
 def from_dict(cls: type, d: Any, where: str = "config") -> Any:

@@ -24,15 +24,23 @@ register_loss = LOSSES.register
 list_losses = LOSSES.names
 
 
-def create_loss(name: str, **offered) -> nn.Module:
-    """The loss ``name``, given those of the ``offered`` keyword arguments its constructor
-    takes (a trainer offers the whole loss/model config; each loss picks its own)."""
+def loss_options(name: str) -> set[str]:
+    """The keyword arguments the loss ``name`` takes."""
     import inspect
 
-    cls = LOSSES.get(name)
-    params = inspect.signature(cls.__init__).parameters
-    named = {k for k, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    return cls(**{k: v for k, v in offered.items() if k in named - {"self"}})
+    params = inspect.signature(LOSSES.get(name).__init__).parameters
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return {k for k, p in params.items() if p.kind in kinds} - {"self"}
+
+
+def create_loss(name: str, **options) -> nn.Module:
+    """The loss ``name`` with ``options``; one it does not take is a ValueError."""
+    unknown = set(options) - loss_options(name)
+    if unknown:
+        raise ValueError(
+            f"loss {name}: unknown option(s) {sorted(unknown)}; takes {sorted(loss_options(name))}"
+        )
+    return LOSSES.get(name)(**options)
 
 
 class ContrastiveHinge(nn.Module):

@@ -19,18 +19,30 @@ tag, ``mask`` marks real (not padding) entries.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
+
+
+@dataclass
+class BilinearConfig:
+    """The model section of a ``kind: bilinear`` config (the tag ranker)."""
+
+    kind: str = "bilinear"
+    word_dim: int = 50  # size of the fixed tag word vectors phi(y) (GloVe 6B-50d: 50)
 
 
 class BilinearTagger(nn.Module):
     """``W: [img_dim, word_dim]``; ``vocab`` (the training tags) is kept for inference."""
 
-    def __init__(self, img_dim: int, vocab=None, cfg=None, word_dim: int = 50) -> None:
+    config_class = BilinearConfig
+
+    def __init__(self, img_dim: int, vocab=None, cfg: BilinearConfig | None = None) -> None:
         super().__init__()
-        self.cfg, self.vocab = cfg, vocab
-        self.W = nn.Parameter(torch.randn(img_dim, word_dim) * 0.01)
-        self.embed_dim = word_dim
+        self.cfg, self.vocab = cfg or BilinearConfig(), vocab
+        self.W = nn.Parameter(torch.randn(img_dim, self.cfg.word_dim) * 0.01)
+        self.embed_dim = self.cfg.word_dim
 
     @property
     def device(self) -> torch.device:

@@ -24,20 +24,19 @@ from ..text.encoders import TextEncoderConfig, create_text_encoder
 
 @dataclass
 class JointConfig:
-    """The model section of a config (every registered model kind reads it)."""
+    """The model section of a ``kind: joint`` config (UVS / VSE++ / order embeddings)."""
 
-    kind: str = "joint"  # joint (UVS / VSE++ / order) | w2vv (W2VV, regression) | bilinear (tags)
+    kind: str = "joint"
     text: TextEncoderConfig = field(default_factory=TextEncoderConfig)
     similarity: str = "cosine"  # cosine | order | euclidean
     abs: bool = False  # order similarity on absolute values (order embeddings)
     img_dropout: float = 0.0  # dropout on the input image features (regularises the map)
     img_noise: float = 0.0  # std of Gaussian noise added to image features in training
-    hidden: list[int] = field(default_factory=list)  # w2vv: hidden layer sizes ([]: linear)
-    dropout: float = 0.0  # w2vv: dropout after each hidden layer
-    out_relu: bool = True  # w2vv: ReLU on the output layer (eq. 5; off for FNE targets)
 
 
 class JointEmbedding(nn.Module):
+    config_class = JointConfig
+
     def __init__(self, img_dim: int, vocab: Vocabulary, cfg: JointConfig) -> None:
         super().__init__()
         self.cfg = cfg

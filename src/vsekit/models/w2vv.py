@@ -18,18 +18,33 @@ ridge solution has a closed form (:meth:`Word2VisualVec.fit_closed_form`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from ..data.vocab import Vocabulary
 from ..similarity import create_similarity
-from ..text.encoders import create_text_encoder
-from .joint import JointConfig
+from ..text.encoders import TextEncoderConfig, create_text_encoder
+
+
+@dataclass
+class W2VVConfig:
+    """The model section of a ``kind: w2vv`` config (Word2VisualVec, the regression
+    baseline): text vector -> MLP -> the visual feature space."""
+
+    kind: str = "w2vv"
+    text: TextEncoderConfig = field(default_factory=TextEncoderConfig)
+    similarity: str = "cosine"  # cosine | euclidean: matching in the visual space
+    hidden: list[int] = field(default_factory=list)  # hidden layer sizes ([]: linear)
+    dropout: float = 0.0  # dropout after each hidden layer
+    out_relu: bool = True  # ReLU on the output layer (eq. 5; off for FNE targets)
 
 
 class Word2VisualVec(nn.Module):
-    def __init__(self, img_dim: int, vocab: Vocabulary, cfg: JointConfig) -> None:
+    config_class = W2VVConfig
+
+    def __init__(self, img_dim: int, vocab: Vocabulary, cfg: W2VVConfig) -> None:
         super().__init__()
         if cfg.similarity not in ("cosine", "euclidean"):
             raise ValueError(

@@ -42,13 +42,12 @@ from safetensors.numpy import load_file as load_np
 from safetensors.numpy import save_file as save_np
 from safetensors.torch import load_file, save_file
 
-from ..config import ConfigError, from_dict
+from ..config import ConfigError
 from ..data.vocab import Vocabulary
 from ..features.fne import FNEStats
 from ..features.kinds import FEATURE_KINDS, features_of_kind
 from ..fsio import atomic_dir
-from ..models.factory import create_model
-from ..models.joint import JointConfig
+from ..models.factory import create_model, model_config, upgrade_model_section
 
 BUNDLE_VERSION = 1
 DEFAULT_MODEL = "default"
@@ -138,7 +137,7 @@ class VSEModel:
             raise ModelError(f"{path}: not a model bundle (no bundle.json){hint}")
         try:
             info = json.loads((path / "bundle.json").read_text())
-            mcfg = from_dict(JointConfig, info["config"]["model"], "model")
+            mcfg = model_config(upgrade_model_section(info["config"]["model"]))
             vocab = Vocabulary.load(path / "vocab.json")
             model = create_model(info["img_dim"], vocab, mcfg)
             state = load_file(path / "model.safetensors")

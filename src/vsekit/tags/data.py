@@ -21,6 +21,14 @@ PAD = 0
 class TagData(FeatureTask):
     """Tag ids index ``tags``; id 0 is padding. ``*_lists[n]``: image n's tags, best first."""
 
+    def new_model(self, cfg) -> torch.nn.Module:
+        if getattr(cfg, "word_dim", None) != self.vectors.shape[1]:
+            raise ValueError(
+                f"model.word_dim: {getattr(cfg, 'word_dim', None)}, but the tag word vectors "
+                f"are {self.vectors.shape[1]}-d (GloVe 6B-50d)"
+            )
+        return super().new_model(cfg)
+
     train_feats: torch.Tensor
     train_lists: list[np.ndarray]
     dev_feats: torch.Tensor

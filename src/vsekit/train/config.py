@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from ..config import ConfigError, from_dict
+from ..models.factory import ModelConfig, upgrade_model_section
 from ..models.joint import JointConfig
 
 
@@ -34,9 +35,14 @@ class DataConfig:
 @dataclass
 class LossConfig:
     name: str = "max_hinge"  # sum_hinge (L_S) | max_hinge (L_M) | mse | sje | listsje
-    margin: float = 0.2  # hinge losses: alpha
-    delta: str = "II"  # sje: structured term Delta^(I) or Delta^(II)
-    k_top: int = 5  # listsje: K_top
+    # options; None leaves the loss's own default, and one the loss does not take is an error
+    margin: float | None = None  # hinge losses: alpha (default 0.2)
+    delta: str | None = None  # sje: structured term Delta^(I) or Delta^(II) (default II)
+    k_top: int | None = None  # listsje: K_top (default 5)
+
+    def options(self) -> dict:
+        """The options set (not None), as keyword arguments of the loss."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "name" and v is not None}
 
 
 @dataclass
@@ -82,7 +88,7 @@ class ExperimentConfig:
     name: str = "experiment"
     task: str = "retrieval"  # retrieval (image-text) | tags (tag ranking)
     data: DataConfig = field(default_factory=DataConfig)
-    model: JointConfig = field(default_factory=JointConfig)
+    model: ModelConfig = field(default_factory=JointConfig)  # its kind's own section
     loss: LossConfig = field(default_factory=LossConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     tags: TagConfig = field(default_factory=TagConfig)
@@ -121,10 +127,48 @@ def validate(cfg: ExperimentConfig, where: str = "config") -> None:
         ),
         (cfg.train.batch_size >= 2, "train.batch_size", ">= 2"),
         (cfg.train.epochs >= 1, "train.epochs", ">= 1"),
+        (cfg.train.lr > 0, "train.lr", "> 0"),
+        (cfg.train.eval_batch >= 1, "train.eval_batch", ">= 1"),
+        (cfg.data.crops >= 1, "data.crops", ">= 1"),
+        (cfg.train.optimizer in OPTIMIZERS, "train.optimizer", " | ".join(OPTIMIZERS)),
     ]
+    checks += _registry_checks(cfg)
     for ok, name, want in checks:
         if not ok:
             raise ConfigError(f"{where}: {name} must be {want}")
+
+
+OPTIMIZERS = ("adam", "rmsprop", "sgd", "closed_form")
+
+
+def _registry_checks(cfg: ExperimentConfig) -> list[tuple[bool, str, str]]:
+    """Every registry name in ``cfg`` is registered, and every loss option set is one the
+    loss takes: checked before any work, so a typo costs no extraction."""
+    from ..data.sources import SOURCES
+    from ..features.backbones import BACKBONES
+    from ..losses import LOSSES, loss_options
+    from ..similarity import SIMILARITIES
+    from ..text.encoders import TEXT_ENCODERS
+
+    def one_of(reg) -> str:
+        return " | ".join(reg.names())
+
+    m = cfg.model
+    out = [
+        (cfg.loss.name in LOSSES, "loss.name", one_of(LOSSES)),
+        (cfg.data.backbone in BACKBONES, "data.backbone", one_of(BACKBONES)),
+        (cfg.data.format is None or cfg.data.format in SOURCES, "data.format", one_of(SOURCES)),
+    ]
+    if hasattr(m, "text"):
+        out.append((m.text.kind in TEXT_ENCODERS, "model.text.kind", one_of(TEXT_ENCODERS)))
+    if hasattr(m, "similarity"):
+        out.append((m.similarity in SIMILARITIES, "model.similarity", one_of(SIMILARITIES)))
+    if cfg.loss.name in LOSSES:
+        takes = loss_options(cfg.loss.name)
+        for k in cfg.loss.options():
+            out.append((k in takes, f"loss.{k}", f"unset: loss {cfg.loss.name} takes only "
+                        f"{', '.join(sorted(takes)) or 'no options'}"))  # fmt: skip
+    return out
 
 
 def apply_overrides(cfg: ExperimentConfig, sets: list[str]) -> ExperimentConfig:
@@ -142,11 +186,19 @@ def apply_overrides(cfg: ExperimentConfig, sets: list[str]) -> ExperimentConfig:
             node = node[p]
         if parts[-1] not in node:
             raise ConfigError(f"--set {key}: unknown field {parts[-1]!r}")
-        node[parts[-1]] = yaml.safe_load(raw)
+        try:
+            node[parts[-1]] = yaml.safe_load(raw)
+        except yaml.YAMLError as e:
+            first = str(e).splitlines()[0]
+            raise ConfigError(f"--set {key}: value {raw!r} is not valid YAML ({first})") from e
     out = from_dict(ExperimentConfig, d)
     validate(out, "--set")
     return out
 
 
 def config_from_json(text: str) -> ExperimentConfig:
-    return from_dict(ExperimentConfig, json.loads(text))
+    """A config stored by a run (older runs' model sections are upgraded)."""
+    d = json.loads(text)
+    if isinstance(d.get("model"), dict):
+        d["model"] = upgrade_model_section(d["model"])
+    return from_dict(ExperimentConfig, d)

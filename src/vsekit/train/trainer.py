@@ -13,7 +13,6 @@ by default restarted once with a sum-loss warm-up.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from ..data import Dataset, Vocabulary, load_dataset, tokenize
 from ..eval.model_eval import evaluate_model
 from ..features.store import StoreError
 from ..fsio import atomic_write
-from ..losses import create_loss
+from ..losses import create_loss, loss_options
 from ..models.factory import create_model
 from ..models.task import FeatureTask
 from . import checkpoint as ckpt
@@ -193,9 +192,12 @@ class Trainer:
     def _loss(self, phase: str) -> torch.nn.Module:
         m = self.cfg.model
         name = {"sum": "sum_hinge", "max": "max_hinge"}.get(phase, self.cfg.loss.name)
-        offered = {k: v for k, v in dataclasses.asdict(self.cfg.loss).items() if k != "name"}
-        offered.update(similarity=m.similarity, abs=m.abs)
-        return create_loss(name, **offered)
+        options = self.cfg.loss.options()
+        takes = loss_options(name)
+        # the similarity a hinge loss compares with is the model's own
+        model_side = {"similarity": getattr(m, "similarity", None), "abs": getattr(m, "abs", None)}
+        options.update({k: v for k, v in model_side.items() if k in takes and v is not None})
+        return create_loss(name, **options)
 
     def _initial_phase(self, curriculum: str) -> str:
         if curriculum == "sum_then_max":
@@ -411,6 +413,9 @@ def train(
     cfg: ExperimentConfig, run_dir: str | Path, resume: bool = False, progress: bool = True
 ) -> dict:
     """Load data (extracting features if the store is missing) and train."""
+    from .config import validate
+
+    validate(cfg)  # before any extraction: a typo costs nothing
     run = Path(run_dir)
     if cfg.task == "tags":
         from .tags import load_tag_data
@@ -429,11 +434,11 @@ def train(
 
 def load_run(run_dir: str | Path, which: str = "best") -> tuple[torch.nn.Module, dict]:
     """A trained model (best or last checkpoint) and its saved config JSON."""
-    from .config import from_dict
+    from .config import config_from_json
 
     run = Path(run_dir)
     meta = json.loads((run / "config.json").read_text())
-    cfg = from_dict(ExperimentConfig, meta["config"])
+    cfg = config_from_json(json.dumps(meta["config"]))
     vocab = Vocabulary.load(run / "vocab.json")
     model = create_model(meta["img_dim"], vocab, cfg.model)
     ckpt.load_model_weights(model, ckpt.load_pointer(run, which))

@@ -2,15 +2,25 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+import vsekit
 from vsekit.cli import main
 
 
 def test_help_lists_subcommands(capsys):
-    try:
+    with pytest.raises(SystemExit) as e:
         main(["--help"])
-    except SystemExit as e:
-        assert e.code == 0
-    assert "data" in capsys.readouterr().out
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    listed = {line.split()[0] for line in out.splitlines() if line.startswith("    ")}
+    assert listed == {
+        "data", "weights", "features", "train", "eval", "model", "index", "search",
+        "annotate", "serve", "tags", "tag",
+    }  # fmt: skip
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert capsys.readouterr().out.strip() == f"vse {vsekit.__version__}".replace("vse", "vsekit")
 
 
 def test_data_stats_json_on_real_flickr8k(flickr8k_root, capsys):

@@ -54,7 +54,7 @@ class RecurrentEncoder(nn.Module):
     def __init__(self, vocab: Vocabulary, cfg: TextEncoderConfig) -> None:
         super().__init__()
         self.vocab, self.cfg = vocab, cfg
-        self.embed_dim = cfg.embed_dim
+        self.embed_dim = self.dim = cfg.embed_dim  # every text encoder's output size is .dim
         self.embed = nn.Embedding(len(vocab), cfg.word_dim, padding_idx=0)
         nn.init.uniform_(self.embed.weight, -0.1, 0.1)
         if cfg.glove:

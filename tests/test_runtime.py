@@ -157,3 +157,23 @@ def test_default_bundle_records_its_weights():
     assert len(spec["weights_sha256"]) == 64
     assert spec["preprocessing"]["crops"] == spec["crops"] == 2
     assert spec["preprocessing"]["input_size"] == 224
+
+
+@pytest.mark.slow
+def test_readme_python_example_runs_as_written(flickr8k_root):
+    """The README's "Use it from Python" block, verbatim, from the repository root; its
+    first two printed lines (which sentence each image picks) are the README's."""
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    section = readme.split("## Use it from Python", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    shown = section.split("```text\n", 1)[1].split("```", 1)[0].splitlines()
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).parents[1],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    lines = out.stdout.splitlines()
+    assert lines[:2] == shown[:2]
+    assert len(lines) == 4 and "snow" in lines[2]

@@ -177,3 +177,16 @@ def test_readme_python_example_runs_as_written(flickr8k_root):
     lines = out.stdout.splitlines()
     assert lines[:2] == shown[:2]
     assert len(lines) == 4 and "snow" in lines[2]
+
+
+def test_index_fingerprint_covers_the_backbone_weights():
+    """One index cannot mix embeddings from two backbones: the model fingerprint an index
+    records changes with the backbone's weights sha256 and its preprocessing."""
+    from vsekit.index import model_info
+
+    m = make_tiny_model()
+    before = model_info(m, "tiny")["fingerprint"]
+    m.info["image"]["weights_sha256"] = "1" * 64
+    after = model_info(m, "tiny")["fingerprint"]
+    m.info["image"]["preprocessing"] = {"crops": 2}
+    assert len({before, after, model_info(m, "tiny")["fingerprint"]}) == 3

@@ -175,6 +175,11 @@ train: {{epochs: 2, batch_size: 4, lr: 0.001, collapse_epochs: 0}}
     run = tmp_path / "run"
     assert main(["train", str(cfg), "--run-dir", str(run)]) == 0
     assert (tmp_path / "store" / "fne.i8").is_file()  # extracted and discretised on the way
+    from vsekit.features import FeatureStore as _Store
+
+    meta = json.loads((run / "config.json").read_text())
+    assert meta["image"] == _Store(tmp_path / "store").identity()
+    assert meta["image"]["backbone"] == "tiny-test" and meta["image"]["preprocessing"]["crops"] == 1
     assert json.loads((tmp_path / "store" / "meta.json").read_text())["fne"]["n_fit"] == 8
     capsys.readouterr()
     assert main(["eval", str(run), "--split", "dev", "--json"]) == 0
@@ -216,3 +221,29 @@ train: {{epochs: 2, batch_size: 4, lr: 0.001, collapse_epochs: 0}}
 def test_shipped_configs_load(path):
     cfg = load_config(path)
     assert cfg.name == path.stem
+
+
+@pytest.mark.parametrize(
+    ("line", "field"),
+    [
+        ("loss: {name: max_hinj}", "loss.name"),
+        ("model: {kind: jiont}", "model.kind"),
+        ("model: {text: {kind: gur}}", "model.text.kind"),
+        ("model: {similarity: cosin}", "model.similarity"),
+        ("train: {optimizer: adma}", "train.optimizer"),
+        ("loss: {name: max_hinge, k_top: 3}", "loss.k_top"),
+        ("model: {kind: joint, hidden: [10]}", "hidden"),
+    ],
+)
+def test_config_typos_fail_before_any_extraction(tmp_path, capsys, line, field):
+    """A typo in any registry name or option is a one-line error before the store is
+    touched (no extraction, no run directory)."""
+    from vsekit.cli import main
+
+    cfg = tmp_path / "cfg.yaml"
+    store = tmp_path / "store"
+    cfg.write_text(f"name: t\ndata: {{root: {tmp_path / 'none'}, store: {store}}}\n{line}\n")
+    assert main(["train", str(cfg), "--run-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("vse: error:") and field in err and err.count("\n") == 1
+    assert not store.exists() and not (tmp_path / "run").exists()

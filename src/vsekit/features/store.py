@@ -149,9 +149,26 @@ class FeatureStore:
         return stats
 
     # ---------------------------------------------------------------- checks
+    def identity(self) -> dict:
+        """The image side these features come from: backbone, its weights' sha256 and
+        the preprocessing (as :meth:`~vsekit.features.backbones.Backbone.identity`)."""
+        m = self.meta
+        return {
+            "backbone": m["backbone"],
+            "weights_sha256": m.get("weights_sha256"),
+            "preprocessing": {
+                "mean": m["preprocess"]["mean"],
+                "std": m["preprocess"]["std"],
+                "input_size": m["input_size"],
+                "crops": int(m["crops"]),
+            },
+        }
+
     def fingerprint(self) -> str:
         """Identifies the features: what produced them and for which images."""
-        keys = ("backbone", "weights", "crops", "input_size", "layers", "ids_sha1")
+        # the weights by their sha256 (stores from before weight hashes: by their source)
+        weights = "weights_sha256" if self.meta.get("weights_sha256") else "weights"
+        keys = ("backbone", weights, "crops", "input_size", "layers", "ids_sha1")
         return hashlib.sha1(
             json.dumps({k: self.meta.get(k) for k in keys}, sort_keys=True).encode()
         ).hexdigest()[:16]

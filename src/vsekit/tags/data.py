@@ -37,6 +37,7 @@ class TagData(FeatureTask):
     vectors: torch.Tensor  # [T, D]
     vocab: Vocabulary  # the training tags with their counts (the default inference vocab)
     store_fingerprint: str = ""
+    image_identity: dict | None = None  # backbone, weights sha256, preprocessing
     max_tags: int = 0  # keep at most this many tags per image (0: all)
     eval_k: tuple[int, ...] = field(default=(1, 5))
     negatives: int = 0  # tags of other images appended to each training list (see config)

@@ -21,14 +21,7 @@ def image_spec(store: FeatureStore, features: str) -> dict:
     """What a bundle records of the image side, from the store the run trained on."""
     m = store.meta
     return {
-        "backbone": m["backbone"],
-        "weights_sha256": m.get("weights_sha256"),
-        "preprocessing": {
-            "mean": m["preprocess"]["mean"],
-            "std": m["preprocess"]["std"],
-            "input_size": m["input_size"],
-            "crops": int(m["crops"]),
-        },
+        **store.identity(),
         "crops": int(m["crops"]),
         "features": features,
         "baseline_layer": m["baseline_layer"],

@@ -21,4 +21,5 @@ def load_tag_data(cfg: ExperimentConfig, progress: bool = True) -> TagData:
     dev_names = [[t for t, _ in mined[im.id]] for im in dev.images]
     data = TagData.build(tf, names, df, dev_names, store.fingerprint(), cfg.tags.max_tags)
     data.negatives = cfg.tags.negatives
+    data.image_identity = store.identity()
     return data

@@ -46,6 +46,7 @@ class TrainData(FeatureTask):
     dev_c2i: np.ndarray
     vocab: Vocabulary
     store_fingerprint: str = ""
+    image_identity: dict | None = None  # backbone, weights sha256, preprocessing
 
     # -- the task interface the Trainer uses (tag ranking implements the same) --------
     select = "rsum"  # dev metric that picks the best checkpoint
@@ -127,9 +128,11 @@ def load_train_data(
     store = ensure_store(cfg.data, ds, progress=progress)
     tf = image_features(store, cfg.data.features, [im.id for im in train.images])
     df = image_features(store, cfg.data.features, [im.id for im in dev.images])
-    return TrainData.from_datasets(
+    data = TrainData.from_datasets(
         train, dev, tf, df, vocab, cfg.data.vocab_min_count, store.fingerprint()
     )
+    data.image_identity = store.identity()
+    return data
 
 
 def epoch_pairs(c2i: np.ndarray, n_images: int, mode: str, rng: np.random.Generator) -> np.ndarray:
@@ -212,6 +215,7 @@ class Trainer:
             "config": cfg,
             "img_dim": self.data.img_dim,
             "store_fingerprint": self.data.store_fingerprint,
+            "image": self.data.image_identity,
         }
         atomic_write(self.run / "config.json", json.dumps(meta, indent=2))
         self.data.vocab.save(self.run / "vocab.json")  # words (or, for tag models, tags)

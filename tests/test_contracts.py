@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load, save
@@ -80,7 +81,7 @@ def test_glove_initialisation_copies_known_words():
     enc = create_text_encoder(VOCAB, _encoder_cfg("gru", glove=True, word_dim=50))
     index, vectors = load_glove()
     row = VOCAB.stoi["dog"]
-    torch.testing.assert_close(enc.embed.weight[row], torch.as_tensor(vectors[index["dog"]]))
+    torch.testing.assert_close(enc.embed.weight[row], torch.tensor(np.asarray(vectors[index["dog"]])))
 
 
 def _model_cfg(kind: str):

@@ -81,7 +81,8 @@ def test_glove_initialisation_copies_known_words():
     enc = create_text_encoder(VOCAB, _encoder_cfg("gru", glove=True, word_dim=50))
     index, vectors = load_glove()
     row = VOCAB.stoi["dog"]
-    torch.testing.assert_close(enc.embed.weight[row], torch.tensor(np.asarray(vectors[index["dog"]])))
+    want = torch.tensor(np.asarray(vectors[index["dog"]]))
+    torch.testing.assert_close(enc.embed.weight[row], want)
 
 
 def _model_cfg(kind: str):

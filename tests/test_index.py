@@ -377,7 +377,11 @@ def test_cli_index_search_annotate(tmp_path, capsys):
     assert len(hits) == 3 and all(Path(h["path"]).parent == photos for h in hits)
     assert main(["search", "--image", str(photos / "2.jpg"), "--index", idx, "--k", "1"]) == 0
     assert capsys.readouterr().out.split()[-1].endswith("2.jpg")
-    assert main(["search", "dog", "--index", idx, "--k", "0"]) == 2
+    with pytest.raises(SystemExit) as exit_:  # argparse: usage and a one-line error
+        main(["search", "dog", "--index", idx, "--k", "0"])
+    assert exit_.value.code == 2
+    assert "--k: must be at least 1, got 0" in capsys.readouterr().err
+    assert main(["search", "dog", "--index", idx, "--k", "5000"]) == 2
     assert "k: must be between" in capsys.readouterr().err
     assert main(["search", "--index", idx]) == 2
     assert main(["annotate", str(photos / "1.jpg"), "--model", str(bundle), "--k", "2"]) == 0

@@ -30,14 +30,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.filename is not None and e.strerror:
+        return f"{e.filename}: {e.strerror}"
+    return " ".join(str(e).split()) or type(e).__name__
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from ..data import DatasetError
 
     args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args) or 0)
-    except (DatasetError, FileNotFoundError, ValueError, RuntimeError) as e:
-        print(f"vse: error: {e}", file=sys.stderr)
+    except (DatasetError, OSError, ValueError, RuntimeError) as e:
+        print(f"vse: error: {_one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("vse: interrupted", file=sys.stderr)

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from ._base import command, source_names
+from ._base import command, positive_int, source_names
 
 
 @command
@@ -27,10 +27,10 @@ def _add_features(sub: argparse._SubParsersAction) -> None:
     ex.add_argument("--backbone", default="resnet50")
     ex.add_argument("--weights", default="auto", help="weights file (default: installed)")
     ex.add_argument("--crops", type=int, choices=(1, 2, 10), default=10)
-    ex.add_argument("--batch-size", type=int, default=8, help="images per batch")
-    ex.add_argument("--workers", type=int, default=1, help="image-decoding processes")
+    ex.add_argument("--batch-size", type=positive_int, default=8, help="images per batch")
+    ex.add_argument("--workers", type=positive_int, default=1, help="image-decoding processes")
     ex.add_argument("--no-rmac", action="store_true", help="skip R-MAC descriptors")
-    ex.add_argument("--threads", type=int, help="torch CPU threads (default: all cores)")
+    ex.add_argument("--threads", type=positive_int, help="torch CPU threads (default: all cores)")
     ex.add_argument("--out", required=True, help="store directory (resumed if unfinished)")
     ex.set_defaults(handler=_features_extract)
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
 
-from ._base import command
+from ._base import command, port_number, positive_int
 
 DEFAULT_INDEX = "~/.cache/vsekit/index"
 
@@ -106,9 +107,14 @@ def _add_index(sub: argparse._SubParsersAction) -> None:
     p.add_argument("folder", help="folder of photos (searched recursively)")
     p.add_argument("--model", default="default", help="model bundle or run (default: shipped)")
     p.add_argument("--index", default=DEFAULT_INDEX, help=f"index directory ({DEFAULT_INDEX})")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: all cores)")
+    p.add_argument("--batch-size", type=positive_int, default=16)
+    p.add_argument("--threads", type=positive_int, help="torch CPU threads (default: all cores)")
     p.add_argument("--rebuild", action="store_true", help="delete the index and start again")
+    p.add_argument(
+        "--repair",
+        action="store_true",
+        help="keep what a damaged index still holds and re-embed only what is missing",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(handler=_index)
 
@@ -121,11 +127,21 @@ def _index(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     index = Path(args.index).expanduser()
+    if not Path(args.folder).expanduser().is_dir():  # before any index is created
+        raise ValueError(f"{args.folder}: not a folder")
+    if args.rebuild and args.repair:
+        raise ValueError("--rebuild and --repair: choose one")
+    model = _load_model(args.model)
     if args.rebuild and index.exists():
         shutil.rmtree(index)
-    model = _load_model(args.model)
-    coll = Collection(index, model_info(model, args.model))
-    rep = coll.update(args.folder, model.encode_image, args.batch_size, not args.quiet)
+    coll = Collection(index, model_info(model, args.model), repair=args.repair)
+    rep = coll.update(
+        args.folder,
+        model.encode_image,
+        args.batch_size,
+        not args.quiet,
+        reduce_to=model.decode_size,
+    )
     for path, err in rep.failed:
         print(f"skipped {path}: {err}" if not err.startswith(path) else f"skipped {err}")
     print(f"{index}: {rep.summary()}; {len(coll)} images indexed")
@@ -140,7 +156,7 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--image", help="find photos similar to this image instead")
     p.add_argument("--index", default=DEFAULT_INDEX)
     p.add_argument("--model", help="model (default: the one the index was built with)")
-    p.add_argument("--k", type=int, default=20)
+    p.add_argument("--k", type=positive_int, default=20)
     p.add_argument("--method", default="auto", choices=["auto", "exact", "faiss"])
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_search)
@@ -170,8 +186,10 @@ def _add_annotate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("annotate", help="the best captions (and tags) for an image")
     p.add_argument("image")
     p.add_argument("--model", default="default")
-    p.add_argument("--k", type=int, default=5)
-    p.add_argument("--tags", type=int, default=10, help="top tags, if the model has a tagger")
+    p.add_argument("--k", type=positive_int, default=5)
+    p.add_argument(
+        "--tags", type=positive_int, default=10, help="top tags, if the model has a tagger"
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_annotate)
 
@@ -204,8 +222,22 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="HTTP API and web page over an index")
     p.add_argument("--index", default=DEFAULT_INDEX)
     p.add_argument("--model", help="model (default: the one the index was built with)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: localhost only)")
+    p.add_argument("--port", type=port_number, default=8000)
+    p.add_argument(
+        "--token",
+        default=os.environ.get("VSEKIT_TOKEN"),
+        help="require this token on every endpoint (default: $VSEKIT_TOKEN); the way to "
+        "expose the service on a network",
+    )
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Host name clients may use besides the bound host (repeatable; '*': any)",
+    )
+    p.add_argument("--show-paths", action="store_true", help="send absolute file paths to clients")
     p.set_defaults(handler=_serve)
 
 
@@ -214,9 +246,21 @@ def _serve(args: argparse.Namespace) -> int:
 
     from ..index.query import open_collection
     from ..serve.app import create_app
+    from ..serve.guard import LOOPBACK, GuardConfig
 
+    wildcard = args.host in ("0.0.0.0", "::", "")
+    if wildcard and not args.allow_host:
+        raise ValueError(
+            "--host: binding every interface needs --allow-host NAME (the host names "
+            "clients will use, or '*') and should have --token"
+        )
+    if args.host not in LOOPBACK and not args.token:
+        print(f"warning: serving on {args.host} without --token", file=sys.stderr)
+    hosts = [*LOOPBACK, *([] if wildcard else [args.host]), *args.allow_host]
+    guard = GuardConfig(token=args.token, allowed_hosts=hosts, show_paths=args.show_paths)
     coll, model = open_collection(args.index, args.model)
     print(f"serving {len(coll)} images from {coll.path} on http://{args.host}:{args.port}/")
     sys.stdout.flush()
-    uvicorn.run(create_app(coll, model), host=args.host, port=args.port, log_level="warning")
+    app = create_app(coll, model, guard=guard)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0

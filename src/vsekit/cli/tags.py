@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ._base import command
+from ._base import command, positive_int
 
 
 @command
@@ -24,7 +24,7 @@ def _add_tags(sub: argparse._SubParsersAction) -> None:
         help="loc | freq | alpha=A | syntactic[:alpha=A] (default alpha=0.75)",
     )
     m.add_argument("--out", help="file to write (default: in the vsekit cache)")
-    m.add_argument("--show", type=int, default=3, help="print this many images' tags")
+    m.add_argument("--show", type=positive_int, default=3, help="print this many images' tags")
     m.set_defaults(handler=_tags_mine)
 
 
@@ -61,7 +61,7 @@ def _add_tag(sub: argparse._SubParsersAction) -> None:
     p.add_argument("image")
     p.add_argument("--model", required=True, help="training run of a tag ranker")
     p.add_argument("--vocab", help="file of candidate tags, one per line (default: training tags)")
-    p.add_argument("--k", type=int, default=10)
+    p.add_argument("--k", type=positive_int, default=10)
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_tag)
 

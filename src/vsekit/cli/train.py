@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from ._base import command
+from ._base import command, positive_float, positive_int
 
 
 @command
@@ -18,8 +18,8 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true", help="continue a killed run exactly")
     p.add_argument("--data-root", help="override data.root (a Flickr8k folder, ...)")
     p.add_argument("--store", help="override data.store (FeatureStore directory)")
-    p.add_argument("--epochs", type=int, help="override train.epochs")
-    p.add_argument("--max-minutes", type=float, help="override train.max_minutes")
+    p.add_argument("--epochs", type=positive_int, help="override train.epochs")
+    p.add_argument("--max-minutes", type=positive_float, help="override train.max_minutes")
     p.add_argument(
         "--set",
         action="append",

@@ -21,6 +21,12 @@ def resize_size(size: int) -> int:
     return round(size * 256 / 224)
 
 
+def decode_size(size: int = 224) -> int:
+    """The short side an image needs once decoded for views of ``size``: twice the
+    resize, so reduced-size JPEG decoding never costs detail the resize would keep."""
+    return 2 * resize_size(size)
+
+
 def crop_views(img: Image.Image, n_crops: int, size: int = 224) -> torch.Tensor:
     """``[n_crops, 3, size, size]`` uint8 views of an RGB image."""
     if n_crops not in CROP_CHOICES:

@@ -29,7 +29,7 @@ from tqdm import tqdm
 from ..fsio import atomic_write
 from ..images import ImageError, load_image
 from .backbones import Backbone
-from .crops import crop_views
+from .crops import crop_views, decode_size
 from .rmac import rmac
 from .store import STORE_VERSION, FeatureStore, StoreError, ids_digest
 
@@ -51,7 +51,13 @@ class _ViewsDataset(torch.utils.data.Dataset):
     def __getitem__(self, k: int):
         k += self.start
         try:
-            return k, crop_views(load_image(self.items[k].path), self.crops, self.size), None
+            return (
+                k,
+                crop_views(
+                    load_image(self.items[k].path, decode_size(self.size)), self.crops, self.size
+                ),
+                None,
+            )
         except ImageError as e:
             return k, None, str(e)
         except Exception as e:  # noqa: BLE001 - a bad file must never stop a long run
@@ -313,7 +319,9 @@ def embed_images(
     Raises :class:`~vsekit.images.ImageError` for an unreadable path."""
     views = [
         crop_views(
-            im if not isinstance(im, str | Path) else load_image(im), crops, model.input_size
+            im if not isinstance(im, str | Path) else load_image(im, decode_size(model.input_size)),
+            crops,
+            model.input_size,
         )
         for im in images
     ]

@@ -15,6 +15,20 @@ Crash safety (a ``kill -9`` at any moment leaves a usable index):
   in full, then switches generation in one transaction; a stray file of another
   generation is removed on the next write.
 
+One writer at a time: ``update``, ``compact`` and ``repair`` hold an exclusive lock on
+``index.lock`` (a second ``vse index`` waits for the first), so two writers never read the
+same row count. Readers need no lock.
+
+Every open checks the files against each other: a missing or truncated embeddings file,
+rows shared by two files, a damaged or foreign SQLite file, another schema version or
+another model is a :class:`CollectionError` that names the file and the command that
+repairs it (``vse index FOLDER --repair`` re-embeds only what is missing). An index in a
+read-only folder opens read-only and still searches.
+
+Files are served only while they are still what was indexed (:meth:`Collection.open_file`):
+inside an indexed folder once symbolic links are resolved, a regular file, with the
+indexed size and mtime.
+
 Incremental updates: a file is re-embedded only when its path is new or its size or
 mtime changed; a file that failed to decode is remembered with its size and mtime
 and not retried until it changes. A moved or renamed file (a new path whose name, size
@@ -24,8 +38,13 @@ new path) keeps its id and embedding: moving a photo folder costs no re-embeddin
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
 import os
 import sqlite3
+import stat
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +57,7 @@ from .search import FAISS_MIN_ROWS, FaissSearcher, exact_search
 
 INDEX_VERSION = 1
 DB_NAME = "index.sqlite"
+LOCK_NAME = "index.lock"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -65,6 +85,14 @@ def model_info(model, name: str) -> dict:
 
 class CollectionError(ValueError):
     """An index could not be opened or does not fit the model; names the path."""
+
+
+class FileNotIndexed(CollectionError):
+    """No indexed file has this id, or it is no longer on disk."""
+
+
+class FileChanged(CollectionError):
+    """The file at an indexed path is not the file that was indexed."""
 
 
 @dataclass(frozen=True)
@@ -95,18 +123,48 @@ class UpdateReport:
         )
 
 
-def scan_images(root: Path) -> Iterator[tuple[str, int, int]]:
-    """``(absolute path, size, mtime_ns)`` of every image file under ``root``, sorted."""
-    for dirpath, dirnames, filenames in os.walk(root):
+def printable(path: str) -> str:
+    """A path that can be printed and stored: undecodable bytes as ``\\xNN``."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def scan_images(
+    root: Path, skipped: list[tuple[str, str]] | None = None
+) -> Iterator[tuple[str, int, int]]:
+    """``(absolute path, size, mtime_ns)`` of every regular image file under ``root``,
+    sorted. What cannot be indexed is appended to ``skipped`` as ``(path, reason)``: file
+    names that are not UTF-8, FIFOs, devices and sockets named like images (never opened,
+    so nothing hangs), broken symbolic links and loops, unreadable folders. Symbolic
+    links to folders are not followed."""
+    skipped = skipped if skipped is not None else []
+
+    def unreadable(e: OSError) -> None:
+        skipped.append((printable(str(e.filename)), f"unreadable folder ({e.strerror})"))
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable):
         dirnames.sort()
         for name in sorted(filenames):
-            if name.lower().endswith(IMAGE_SUFFIXES) and not name.startswith("."):
-                p = os.path.join(dirpath, name)
-                try:
-                    st = os.stat(p)
-                except OSError:
-                    continue  # vanished during the scan
-                yield os.path.abspath(p), st.st_size, st.st_mtime_ns
+            if not name.lower().endswith(IMAGE_SUFFIXES) or name.startswith("."):
+                continue
+            p = os.path.abspath(os.path.join(dirpath, name))
+            try:
+                p.encode("utf-8")
+            except UnicodeEncodeError:
+                skipped.append((printable(p), "file name is not valid UTF-8"))
+                continue
+            try:
+                st = os.stat(p)
+            except FileNotFoundError:
+                if os.path.islink(p):
+                    skipped.append((p, "broken symbolic link"))
+                continue  # else it vanished during the scan
+            except OSError as e:
+                skipped.append((p, f"cannot be read ({e.strerror})"))
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                skipped.append((p, "not a regular file (a FIFO, device or socket)"))
+                continue
+            yield p, st.st_size, st.st_mtime_ns
 
 
 def _match_moves(
@@ -141,33 +199,44 @@ class Collection:
     embeddings come from; required to create an index, checked when given on open.
     """
 
-    def __init__(self, path: str | Path, model_info: dict | None = None) -> None:
+    def __init__(
+        self, path: str | Path, model_info: dict | None = None, repair: bool = False
+    ) -> None:
         self.path = Path(path).expanduser()
+        if self.path.exists() and not self.path.is_dir():
+            raise CollectionError(f"{self.path}: is a file, not an index folder")
         db = self.path / DB_NAME
         if not db.is_file():
             if model_info is None:
                 raise CollectionError(f"{self.path}: no index here (run `vse index DIR` first)")
             self.path.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(db, timeout=30, check_same_thread=False)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.executescript(SCHEMA)
-        meta = self._meta()
-        if not meta:
-            assert model_info is not None
-            with self.db:
-                self._set_meta(
-                    version=INDEX_VERSION,
-                    model=model_info["name"],
-                    fingerprint=model_info["fingerprint"],
-                    dim=int(model_info["dim"]),
-                    similarity=model_info.get("similarity", "cosine"),
-                    generation=0,
-                    rows=0,
-                )
-            meta = self._meta()
+        self.read_only = not os.access(self.path, os.W_OK) or not os.access(db, os.W_OK | os.F_OK)
+        self.read_only = self.read_only and db.is_file()
+        rebuild = f"rebuild it with `vse index FOLDER --index {self.path} --rebuild`"
+        try:
+            meta = self._connect(db)
+            if not meta:
+                if model_info is None or any(self.path.glob("emb-*.f32")) or self.read_only:
+                    raise CollectionError(f"{db}: an empty or foreign index database; {rebuild}")
+                with self.db:
+                    self._set_meta(
+                        version=INDEX_VERSION,
+                        model=model_info["name"],
+                        fingerprint=model_info["fingerprint"],
+                        dim=int(model_info["dim"]),
+                        similarity=model_info.get("similarity", "cosine"),
+                        generation=0,
+                        rows=0,
+                    )
+                meta = self._meta()
+            missing = {"version", "model", "fingerprint", "dim", "generation", "rows"} - set(meta)
+            if missing:
+                raise CollectionError(f"{db}: not a vsekit index (no {sorted(missing)}); {rebuild}")
+        except sqlite3.DatabaseError as e:
+            raise CollectionError(f"{db}: damaged or not an index database ({e}); {rebuild}") from e
         if int(meta.get("version", -1)) != INDEX_VERSION:
             raise CollectionError(
-                f"{self.path}: index version {meta.get('version')} is not supported"
+                f"{db}: index version {meta.get('version')} is not supported; {rebuild}"
             )
         if model_info is not None and model_info["fingerprint"] != meta["fingerprint"]:
             raise CollectionError(
@@ -178,10 +247,87 @@ class Collection:
         self.dim = int(meta["dim"])
         self.model_name = meta["model"]
         self.fingerprint = meta["fingerprint"]
-        self.similarity = meta["similarity"]
+        self.similarity = meta.get("similarity", "cosine")
         self._snapshot_key = None
         self._faiss = None
+        if repair:
+            self.repair()
+        self.check()
         self.refresh()
+
+    def _connect(self, db: Path) -> dict[str, str]:
+        if self.read_only:  # a read-only folder or file: search it as it is
+            uri = f"file:{db}?mode=ro&immutable=1"
+            self.db = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        else:
+            self.db = sqlite3.connect(db, timeout=30, check_same_thread=False)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.executescript(SCHEMA)
+        return self._meta()
+
+    def check(self) -> None:
+        """CollectionError naming the file and the repair command if the embeddings file
+        does not hold every committed row or two files share a row."""
+        meta = self._meta()
+        gen, n_rows = int(meta["generation"]), int(meta["rows"])
+        f = self._emb_path(gen)
+        repair = f"run `vse index FOLDER --index {self.path} --repair` to re-embed what is missing"
+        size = f.stat().st_size if f.is_file() else None
+        if n_rows and size is None:
+            raise CollectionError(f"{f}: missing, the index has {n_rows} embeddings; {repair}")
+        if size is not None and size < n_rows * self.dim * 4:
+            raise CollectionError(
+                f"{f}: truncated ({size} bytes for {n_rows} rows of {self.dim}); {repair}"
+            )
+        n, distinct, top = self.db.execute(
+            "SELECT COUNT(*), COUNT(DISTINCT row), COALESCE(MAX(row), -1) FROM files"
+        ).fetchone()
+        if n != distinct or top >= n_rows:
+            raise CollectionError(
+                f"{self.path / DB_NAME}: {n - distinct} files share an embedding row and "
+                f"{top >= n_rows and 'some point past the last row' or 'none past it'}; {repair}"
+            )
+
+    def repair(self) -> int:
+        """Drop what the embeddings file does not hold (rows past its end, rows shared by
+        two files) so that the next update re-embeds exactly those files; returns how
+        many files were dropped."""
+        with self._writer():
+            meta = self._meta()
+            gen, n_rows = int(meta["generation"]), int(meta["rows"])
+            f = self._emb_path(gen)
+            present = (f.stat().st_size // (self.dim * 4)) if f.is_file() else 0
+            keep = min(n_rows, present)
+            with self.db:
+                shared = self.db.execute(
+                    "SELECT row FROM files GROUP BY row HAVING COUNT(*) > 1"
+                ).fetchall()
+                n0 = self.db.execute("SELECT COUNT(*) FROM files").fetchone()[0]
+                self.db.executemany("DELETE FROM files WHERE row = ?", shared)
+                self.db.execute("DELETE FROM files WHERE row >= ?", (keep,))
+                self._set_meta(rows=keep)
+                dropped = n0 - self.db.execute("SELECT COUNT(*) FROM files").fetchone()[0]
+            with open(f, "ab") as fh:
+                fh.truncate(keep * self.dim * 4)
+                os.fsync(fh.fileno())
+            return dropped
+
+    @contextlib.contextmanager
+    def _writer(self) -> Iterator[None]:
+        """The index's one-writer lock (blocks while another process holds it)."""
+        if self.read_only:
+            raise CollectionError(f"{self.path}: the index is read-only here; cannot update it")
+        with open(self.path / LOCK_NAME, "a+") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                print(f"{self.path}: another process is updating this index; waiting",
+                      file=sys.stderr)  # fmt: skip
+                fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
 
     # -- metadata ------------------------------------------------------------------
     def _meta(self) -> dict[str, str]:
@@ -203,12 +349,14 @@ class Collection:
         if key == self._snapshot_key:
             return False
         gen, n_rows = int(meta["generation"]), int(meta["rows"])
-        cur = self.db.execute("SELECT id, path, row FROM files ORDER BY id")
-        ids, paths, rows = [], [], []
-        for i, p, r in cur:
+        cur = self.db.execute("SELECT id, path, row, size, mtime_ns FROM files ORDER BY id")
+        ids, paths, rows, stamps = [], [], [], []
+        for i, p, r, size, mtime in cur:
             ids.append(i)
             paths.append(p)
             rows.append(r)
+            stamps.append((size, mtime))
+        self._stamps = stamps
         self.ids = np.asarray(ids, np.int64)
         self.paths = paths
         self.rows = np.asarray(rows, np.int64)
@@ -237,6 +385,31 @@ class Collection:
         pos = self._id_to_pos.get(int(file_id))
         return None if pos is None else self.paths[pos]
 
+    def open_file(self, file_id: int):
+        """The indexed file as an open binary file, only if it is still the file that was
+        indexed: its resolved path inside an indexed folder, a regular file, with the
+        indexed size and mtime. FileNotIndexed (unknown id, gone) or FileChanged."""
+        pos = self._id_to_pos.get(int(file_id))
+        if pos is None:
+            raise FileNotIndexed(f"id: no indexed image {file_id}")
+        path, (size, mtime) = self.paths[pos], self._stamps[pos]
+        real = os.path.realpath(path)
+        if not any(real == r or real.startswith(os.path.join(r, "")) for r in self.roots()):
+            raise FileChanged(f"id: image {file_id} now resolves outside the indexed folders")
+        try:
+            fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        except FileNotFoundError as e:
+            raise FileNotIndexed(f"id: image {file_id} is no longer on disk") from e
+        except OSError as e:
+            raise FileChanged(f"id: image {file_id} cannot be opened ({e.strerror})") from e
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (st.st_size, st.st_mtime_ns) != (size, mtime):
+            os.close(fd)
+            raise FileChanged(
+                f"id: image {file_id} changed since it was indexed; run `vse index` again"
+            )
+        return os.fdopen(fd, "rb")
+
     def embedding_of(self, file_id: int) -> np.ndarray | None:
         pos = self._id_to_pos.get(int(file_id))
         return None if pos is None else np.array(self.emb[self.rows[pos]])
@@ -252,17 +425,24 @@ class Collection:
         batch_size: int = 16,
         progress: bool = True,
         on_batch: Callable[[int], None] | None = None,
+        reduce_to: int | None = None,
     ) -> UpdateReport:
         """Bring the index in line with the image files under ``root``.
 
         ``embed(list of PIL images) -> [n, dim]`` unit vectors. Files outside ``root``
-        that are already indexed are left alone.
+        that are already indexed are left alone. ``reduce_to``: decode JPEGs at reduced
+        size down to this short side (the model's ``decode_size``).
         """
-        t0 = time.perf_counter()
         root = Path(root).expanduser()
         if not root.is_dir():
             raise CollectionError(f"{root}: not a folder")
+        with self._writer():
+            return self._update(root, embed, batch_size, progress, on_batch, reduce_to)
+
+    def _update(self, root, embed, batch_size, progress, on_batch, reduce_to) -> UpdateReport:
+        t0 = time.perf_counter()
         rep = UpdateReport()
+        self._add_root(root)
         prefix = os.path.join(os.path.abspath(root), "")
         known = {
             p: (i, s, m)
@@ -271,8 +451,8 @@ class Collection:
         failed = {
             p: (s, m) for p, s, m in self.db.execute("SELECT path, size, mtime_ns FROM failed")
         }
-        seen, todo = set(), []
-        for p, size, mtime in scan_images(root):
+        seen, todo, skipped = set(), [], []
+        for p, size, mtime in scan_images(root, skipped):
             rep.scanned += 1
             seen.add(p)
             k = known.get(p)
@@ -282,6 +462,7 @@ class Collection:
                 rep.failed.append((p, "unchanged since it failed"))
             else:
                 todo.append((p, size, mtime))
+        rep.failed.extend(skipped)
         gone = [p for p in known if p.startswith(prefix) and p not in seen]
         gone_failed = [p for p in failed if p.startswith(prefix) and p not in seen]
         moves: dict[str, str] = {}
@@ -310,7 +491,7 @@ class Collection:
             images, ok, errors = [], [], []
             for p, size, mtime in batch:
                 try:
-                    images.append(load_image(p))
+                    images.append(load_image(p, reduce_to))
                     ok.append((p, size, mtime))
                 except ImageError as e:
                     errors.append((p, size, mtime, str(e)))
@@ -323,7 +504,7 @@ class Collection:
                 on_batch(a + len(batch))
         if bar is not None:
             bar.close()
-        self.compact()
+        self._compact()
         self.refresh()
         rep.seconds = time.perf_counter() - t0
         return rep
@@ -369,6 +550,27 @@ class Collection:
     def compact(self, min_garbage: int = 1024) -> bool:
         """Rewrite the embeddings without dead rows when they outnumber the live ones
         (and are at least ``min_garbage``); also removes stray files. True if rewritten."""
+        with self._writer():
+            done = self._compact(min_garbage)
+        self.refresh()
+        return done
+
+    def _add_root(self, root: Path) -> None:
+        roots = set(self.roots())
+        real = os.path.realpath(root)
+        if real not in roots:
+            with self.db:
+                self._set_meta(roots=json.dumps(sorted(roots | {real})))
+
+    def roots(self) -> list[str]:
+        """The folders this index was built from (resolved); files are served only from
+        inside them. Indexes from before roots were recorded use each file's folder."""
+        raw = self._meta().get("roots")
+        if raw is not None:
+            return json.loads(raw)
+        return sorted({os.path.realpath(os.path.dirname(p)) for p in self.paths})
+
+    def _compact(self, min_garbage: int = 1024) -> bool:
         meta = self._meta()
         gen, n_rows = int(meta["generation"]), int(meta["rows"])
         for stray in self.path.glob("emb-*.f32"):

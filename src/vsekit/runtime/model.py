@@ -213,6 +213,13 @@ class VSEModel:
         }
 
     # -- the image side ------------------------------------------------------------
+    @property
+    def decode_size(self) -> int:
+        """Short side to decode photos at (reduced-size JPEG decoding above it)."""
+        from ..features.crops import decode_size
+
+        return decode_size(int(self.info["image"].get("preprocessing", {}).get("input_size", 224)))
+
     def backbone(self):
         """The image backbone, created on first use from the installed weights, which
         must be the ones the model recorded (a WeightsError names both hashes)."""

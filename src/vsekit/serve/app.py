@@ -11,12 +11,20 @@ Endpoints (OpenAPI docs at ``/docs``):
 * ``GET /``: the web page.
 
 Every error is a 4xx with a JSON body ``{"error": "..."}``; paths are never read from a
-request, only from the index.
+request, only from the index, and a file is served only while it is still the file that
+was indexed (:meth:`~vsekit.index.Collection.open_file`: 404 if gone, 409 if changed).
+
+Safety (see :mod:`vsekit.serve.guard`): uploads are cut off at ``MAX_UPLOAD_BYTES`` while
+they arrive; images are decoded under a pixel budget (413 above it); with a ``token``
+every endpoint requires it; the ``Host`` header must name the bound host or an allowed
+one (DNS rebinding); absolute paths reach clients only with ``show_paths``.
 """
 
 from __future__ import annotations
 
 import io
+import mimetypes
+import os
 import threading
 from collections import OrderedDict
 from importlib import resources
@@ -25,12 +33,12 @@ from typing import Annotated
 
 from fastapi import FastAPI, File, Query, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
-from PIL import Image, ImageOps
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from PIL import Image
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..images import ImageError, load_image
-from ..index.collection import Collection, Hit
+from ..images import ImageError, ImageTooLarge, load_image
+from ..index.collection import Collection, FileChanged, FileNotIndexed, Hit
 from ..index.query import (
     MAX_K,
     MAX_QUERY_CHARS,
@@ -39,8 +47,8 @@ from ..index.query import (
     search_vector,
 )
 from ..runtime import VSEModel
+from .guard import GuardConfig, add_guards
 
-MAX_UPLOAD_BYTES = 20 * 1024 * 1024
 THUMB_SIZE = 256
 THUMB_CACHE = 2048
 
@@ -50,10 +58,19 @@ class ApiError(Exception):
         self.status, self.message = status, message
 
 
-def _hit_json(h: Hit) -> dict:
+def _display_path(path: str, roots: list[str]) -> str:
+    """``path`` relative to the indexed folder holding it, prefixed by that folder's
+    name (``photos/2019/a.jpg``): no absolute path leaves the server."""
+    for r in sorted(roots, key=len, reverse=True):
+        if path.startswith(r.rstrip("/") + "/"):
+            return f"{Path(r).name}/{path[len(r.rstrip('/')) + 1 :]}"
+    return Path(path).name
+
+
+def _hit_json(h: Hit, roots: list[str] | None) -> dict:
     return {
         "id": h.id,
-        "path": h.path,
+        "path": h.path if roots is None else _display_path(h.path, roots),
         "name": Path(h.path).name,
         "score": round(h.score, 6),
         "image": f"/images/{h.id}",
@@ -61,8 +78,12 @@ def _hit_json(h: Hit) -> dict:
     }
 
 
-def create_app(coll: Collection, model: VSEModel, method: str = "auto") -> FastAPI:
-    """The service for one collection and the model its embeddings come from."""
+def create_app(
+    coll: Collection, model: VSEModel, method: str = "auto", guard: GuardConfig | None = None
+) -> FastAPI:
+    """The service for one collection and the model its embeddings come from; ``guard``
+    sets the token, allowed hosts, upload limit and whether paths are shown."""
+    guard = guard or GuardConfig()
     app = FastAPI(
         title="vsekit",
         description="Search a photo collection by text or by image; annotate images.",
@@ -71,6 +92,14 @@ def create_app(coll: Collection, model: VSEModel, method: str = "auto") -> FastA
     lock = threading.Lock()  # one SQLite connection and FAISS index, shared by requests
     pool = model.caption_pool
     thumbs: OrderedDict[tuple, bytes] = OrderedDict()
+    thumbs_lock = threading.Lock()
+    add_guards(app, guard)
+
+    def roots_for_display() -> list[str] | None:
+        if guard.show_paths:
+            return None
+        with lock:
+            return coll.roots()
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, e: ApiError) -> JSONResponse:
@@ -88,6 +117,10 @@ def create_app(coll: Collection, model: VSEModel, method: str = "auto") -> FastA
     async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:
         return JSONResponse({"error": str(e.detail)}, status_code=e.status_code)
 
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, e: Exception) -> JSONResponse:  # a bug: still JSON
+        return JSONResponse({"error": f"internal error ({type(e).__name__})"}, status_code=500)
+
     def hits(fn, *args) -> list[Hit]:
         try:
             with lock:
@@ -95,27 +128,32 @@ def create_app(coll: Collection, model: VSEModel, method: str = "auto") -> FastA
         except ValueError as e:
             raise ApiError(400, str(e)) from e
 
+    def decode(src, what: str, reduce_to: int | None = None) -> Image.Image:
+        try:
+            return load_image(src, reduce_to)
+        except ImageTooLarge as e:
+            raise ApiError(413, f"{what}: {str(e).split(': ', 1)[-1]}") from e
+        except ImageError as e:
+            raise ApiError(415, f"{what}: not a readable image") from e
+
     def read_upload(file: UploadFile) -> Image.Image:
-        data = file.file.read(MAX_UPLOAD_BYTES + 1)
-        if len(data) > MAX_UPLOAD_BYTES:
-            raise ApiError(413, f"file: larger than {MAX_UPLOAD_BYTES // (1024 * 1024)} MB")
+        data = file.file.read(guard.max_upload_bytes + 1)
+        if len(data) > guard.max_upload_bytes:
+            raise ApiError(413, f"file: larger than {guard.max_upload_bytes // 2**20} MB")
         if not data:
             raise ApiError(400, "file: empty upload")
-        try:
-            return load_image(io.BytesIO(data))
-        except ImageError as e:
-            raise ApiError(415, f"file: {file.filename or 'upload'} is not a readable image") from e
+        return decode(io.BytesIO(data), f"file: {file.filename or 'upload'}", model.decode_size)
 
-    def indexed_path(file_id: int) -> Path:
+    def open_indexed(file_id: int):
+        """The verified open file of an indexed image (404 gone, 409 changed)."""
         with lock:
             coll.refresh()
-            p = coll.path_of(file_id)
-        if p is None:
-            raise ApiError(404, f"id: no indexed image {file_id}")
-        path = Path(p)
-        if not path.is_file():
-            raise ApiError(404, f"id: image {file_id} is no longer on disk")
-        return path
+            try:
+                return coll.open_file(file_id)
+            except FileNotIndexed as e:
+                raise ApiError(404, str(e)) from e
+            except FileChanged as e:
+                raise ApiError(409, str(e)) from e
 
     @app.get("/health")
     def health() -> dict:
@@ -134,7 +172,8 @@ def create_app(coll: Collection, model: VSEModel, method: str = "auto") -> FastA
         except ValueError as e:
             raise ApiError(400, str(e)) from e
         emb = model.encode_text([q])  # the model is read-only: encode outside the lock
-        return {"query": q, "results": [_hit_json(h) for h in hits(search_text_embedding, emb, k)]}
+        found = hits(search_text_embedding, emb, k)
+        return {"query": q, "results": [_hit_json(h, roots_for_display()) for h in found]}
 
     @app.post("/search/image")
     def search_image(
@@ -142,7 +181,8 @@ def create_app(coll: Collection, model: VSEModel, method: str = "auto") -> FastA
     ) -> dict:
         im = read_upload(file)
         emb = model.encode_image(im)
-        return {"results": [_hit_json(h) for h in hits(search_vector, emb, k)]}
+        found = hits(search_vector, emb, k)
+        return {"results": [_hit_json(h, roots_for_display()) for h in found]}
 
     def annotation(emb, k: int, feats=None) -> dict:
         caps = pool.best(emb, k)[0]
@@ -168,36 +208,44 @@ def create_app(coll: Collection, model: VSEModel, method: str = "auto") -> FastA
             raise ApiError(404, f"id: no indexed image {file_id}")
         feats = None
         if model.tagger is not None:  # tags need the image features, not stored: recompute
-            try:
-                feats = model.image_features([indexed_path(file_id)])
-            except (ImageError, ApiError):
-                feats = None
+            with open_indexed(file_id) as fh:
+                im = decode(fh, f"id: image {file_id}", model.decode_size)
+            feats = model.image_features([im])
         return annotation(emb, k, feats)
 
     @app.get("/images/{file_id}")
-    def image(file_id: int) -> FileResponse:
-        return FileResponse(indexed_path(file_id))
+    def image(file_id: int) -> StreamingResponse:
+        fh = open_indexed(file_id)
+        size = os.fstat(fh.fileno()).st_size
+        with lock:
+            name = coll.path_of(file_id) or ""
+        kind = mimetypes.guess_type(name)[0] or "application/octet-stream"
+
+        def chunks():
+            with fh:
+                while block := fh.read(1 << 16):
+                    yield block
+
+        headers = {"Content-Length": str(size), "X-Content-Type-Options": "nosniff"}
+        return StreamingResponse(chunks(), media_type=kind, headers=headers)
 
     @app.get("/thumbs/{file_id}")
     def thumb(file_id: int) -> Response:
-        path = indexed_path(file_id)
-        st = path.stat()
-        key = (file_id, st.st_size, st.st_mtime_ns)
-        data = thumbs.get(key)
-        if data is None:
-            try:
-                with Image.open(path) as im:
-                    im.draft("RGB", (2 * THUMB_SIZE, 2 * THUMB_SIZE))  # JPEG: decode small
-                    im = ImageOps.exif_transpose(im).convert("RGB")
-                    im.thumbnail((THUMB_SIZE, THUMB_SIZE))
-                    buf = io.BytesIO()
-                    im.save(buf, "JPEG", quality=85)
-            except OSError as e:
-                raise ApiError(404, f"id: image {file_id} can no longer be read") from e
-            data = buf.getvalue()
-            thumbs[key] = data
-            while len(thumbs) > THUMB_CACHE:
-                thumbs.popitem(last=False)
+        with open_indexed(file_id) as fh:
+            st = os.fstat(fh.fileno())
+            key = (file_id, st.st_size, st.st_mtime_ns)
+            with thumbs_lock:
+                data = thumbs.get(key)
+            if data is None:
+                im = decode(fh, f"id: image {file_id}", 2 * THUMB_SIZE)
+                im.thumbnail((THUMB_SIZE, THUMB_SIZE))
+                buf = io.BytesIO()
+                im.save(buf, "JPEG", quality=85)
+                data = buf.getvalue()
+                with thumbs_lock:
+                    thumbs[key] = data
+                    while len(thumbs) > THUMB_CACHE:
+                        thumbs.popitem(last=False)
         headers = {"Cache-Control": "max-age=3600"}
         return Response(data, media_type="image/jpeg", headers=headers)
 

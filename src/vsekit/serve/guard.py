@@ -1,0 +1,142 @@
+"""The service's front door: one ASGI middleware that every request passes before FastAPI.
+
+In order, for each HTTP request:
+
+1. **Host** (DNS rebinding): the ``Host`` header's name must be one of
+   ``allowed_hosts`` (the bound host and loopback names by default, plus ``--allow-host``);
+   otherwise 403. ``*`` allows any.
+2. **Token**: when a token is set, every endpoint needs it, as ``Authorization: Bearer``,
+   ``X-Vse-Token``, the ``vse_token`` cookie or a ``token`` query parameter (the page sets
+   the cookie when opened as ``/?token=...``, so its images and requests carry it);
+   otherwise 401. Compared in constant time.
+3. **Body size**: a ``Content-Length`` over ``max_upload_bytes`` is refused before
+   anything is read; a body without one is counted while it arrives and cut off with 413
+   as soon as it passes the limit, so nothing larger is ever spooled to disk.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from dataclasses import dataclass, field
+from http.cookies import SimpleCookie
+from urllib.parse import parse_qs
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+TOKEN_ENV = "VSEKIT_TOKEN"
+
+
+@dataclass
+class GuardConfig:
+    token: str | None = None  # required on every endpoint when set
+    allowed_hosts: list[str] = field(default_factory=lambda: list(LOOPBACK))  # "*": any
+    max_upload_bytes: int = 20 * 1024 * 1024
+    show_paths: bool = False  # send absolute file paths to clients
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+def host_name(host_header: str) -> str:
+    """``"[::1]:8000" -> "::1"``, ``"example.org:80" -> "example.org"`` (lower-cased)."""
+    h = host_header.strip().lower()
+    if h.startswith("["):
+        return h[1 : h.find("]")] if "]" in h else h
+    return h.rsplit(":", 1)[0] if h.count(":") == 1 else h
+
+
+async def _send_json(send, status: int, message: str, headers=()) -> None:
+    body = json.dumps({"error": message}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class GuardMiddleware:
+    def __init__(self, app, cfg: GuardConfig) -> None:
+        self.app, self.cfg = app, cfg
+        self.hosts = {h.lower().strip("[]") for h in cfg.allowed_hosts}
+
+    def _token_ok(self, scope, headers: dict[bytes, bytes]) -> tuple[bool, bool]:
+        """``(authorised, from_query)``."""
+        want = self.cfg.token.encode()
+        auth = headers.get(b"authorization", b"")
+        offered = [
+            auth[7:] if auth.lower().startswith(b"bearer ") else b"",
+            headers.get(b"x-vse-token", b""),
+        ]
+        cookie = SimpleCookie(headers.get(b"cookie", b"").decode("latin-1"))
+        if "vse_token" in cookie:
+            offered.append(cookie["vse_token"].value.encode())
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        from_query = [q.encode() for q in query.get("token", [])]
+        for t in offered:
+            if t and hmac.compare_digest(t, want):
+                return True, False
+        return any(hmac.compare_digest(t, want) for t in from_query), True
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers", []))
+        host = host_name(headers.get(b"host", b"").decode("latin-1"))
+        if "*" not in self.hosts and host not in self.hosts:
+            await _send_json(send, 403, f"host: {host or '(none)'} is not served here")
+            return
+        set_cookie = ()
+        if self.cfg.token:
+            ok, from_query = self._token_ok(scope, headers)
+            if not ok:
+                await _send_json(
+                    send, 401, "token: missing or wrong", [(b"www-authenticate", b"Bearer")]
+                )
+                return
+            if from_query:  # remember it for the page's images and requests
+                cookie = f"vse_token={self.cfg.token}; HttpOnly; SameSite=Strict; Path=/"
+                set_cookie = ((b"set-cookie", cookie.encode()),)
+        limit = self.cfg.max_upload_bytes
+        length = headers.get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            await _send_json(send, 413, f"body: larger than {limit // 2**20} MB")
+            return
+        seen = 0
+        started = False
+
+        async def counted_receive():
+            nonlocal seen
+            msg = await receive()
+            if msg["type"] == "http.request":
+                seen += len(msg.get("body", b""))
+                if seen > limit:
+                    raise _BodyTooLarge
+            return msg
+
+        async def send_with_cookie(msg):
+            nonlocal started
+            if msg["type"] == "http.response.start":
+                started = True
+                if set_cookie:
+                    msg = {**msg, "headers": [*msg.get("headers", []), *set_cookie]}
+            await send(msg)
+
+        try:
+            await self.app(scope, counted_receive, send_with_cookie)
+        except _BodyTooLarge:
+            if not started:
+                await _send_json(send, 413, f"body: larger than {limit // 2**20} MB")
+
+
+def add_guards(app, cfg: GuardConfig) -> None:
+    """Wrap ``app`` (FastAPI) in :class:`GuardMiddleware`."""
+    app.add_middleware(GuardMiddleware, cfg=cfg)

@@ -356,6 +356,8 @@ def test_special_files_are_reported_never_opened(tmp_path, monkeypatch):
     (folder / "dev.jpg").symlink_to("/dev/zero")  # a device named like a photo
     (folder / "broken.jpg").symlink_to(folder / "nowhere.jpg")
     (folder / "loop.jpg").symlink_to(folder / "loop.jpg")
+    (folder / "out.png").symlink_to(write_image(tmp_path / "elsewhere.png", seed=3))
+    (folder / "in.png").symlink_to(folder / "000.png")  # a link inside the folder is fine
     bad_name = os.fsencode(str(folder)) + b"/caf\xe9.jpg"
     write_image(Path(os.fsdecode(bad_name)), seed=9)
     locked = folder / "locked"
@@ -372,7 +374,8 @@ def test_special_files_are_reported_never_opened(tmp_path, monkeypatch):
     rep = coll.update(folder, CountingEmbedder(), progress=False)
     sock.close()
     reasons = {Path(p).name: why for p, why in rep.failed}
-    assert rep.added == 2
+    assert rep.added == 3
+    assert reasons["out.png"] == "symbolic link to a file outside the folder"
     assert "not a regular file" in reasons["fifo.jpg"]
     assert "not a regular file" in reasons["sock.png"]
     assert "not a regular file" in reasons["dev.jpg"]
@@ -380,7 +383,7 @@ def test_special_files_are_reported_never_opened(tmp_path, monkeypatch):
     assert "cannot be read" in reasons["loop.jpg"]
     assert reasons["caf\\xe9.jpg"] == "file name is not valid UTF-8"
     assert "unreadable folder" in reasons["locked"]
-    assert len(rep.failed) == 7  # each reported once
+    assert len(rep.failed) == 8  # each reported once
 
 
 def test_read_only_index_still_searches(built, monkeypatch):
@@ -563,3 +566,14 @@ def test_image_error_names_the_file(tmp_path):
     p.write_bytes(b"\xff\xd8\xff" + b"\x00" * 50)
     with pytest.raises(ImageError, match=r"x\.jpg"):
         load_image(p)
+
+
+@pytest.mark.parametrize("mode", ["1", "P", "RGB"])
+def test_heavy_png_is_shrunk_inside_the_decode_slot(tmp_path, mode):
+    """A legal but large PNG decodes and comes out no larger than twice the size asked
+    for, whatever its mode."""
+    p = tmp_path / f"big-{mode}.png"
+    Image.new(mode, (3000, 2100)).save(p)
+    im = load_image(p, reduce_to=256)
+    assert im.mode == "RGB" and 256 <= min(im.size) < 512
+    assert load_image(p).size == (3000, 2100)  # without reduce_to: full size

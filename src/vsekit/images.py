@@ -21,7 +21,7 @@ from typing import BinaryIO
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif")
-MAX_PIXELS = int(os.environ.get("VSEKIT_MAX_PIXELS", 64_000_000))  # decoded, per image
+MAX_PIXELS = int(os.environ.get("VSEKIT_MAX_PIXELS", 50_000_000))  # decoded, per image
 DECODE_SLOTS = 2
 _slots = threading.BoundedSemaphore(DECODE_SLOTS)
 # PIL's own bomb check (a warning between 1x and 2x its limit, an error above) is
@@ -45,8 +45,9 @@ def load_image(src: str | os.PathLike | BinaryIO, reduce_to: int | None = None) 
     """Decode ``src`` (a path or a binary file object) into an RGB image.
 
     ``reduce_to``: the caller needs at least this many pixels on the short side and no
-    more; JPEGs are then decoded at the smallest DCT scale that keeps it (the result may
-    be larger than ``reduce_to``, never smaller than the image or ``reduce_to``).
+    more; JPEGs are then decoded at the smallest DCT scale that keeps it, other formats
+    are box-reduced by a whole factor before leaving the decode slot (the result is never
+    smaller than ``reduce_to`` on its short side, nor larger than twice that).
     Raises :class:`ImageTooLarge` over the pixel budget and :class:`ImageError` for
     anything unreadable.
     """
@@ -66,8 +67,13 @@ def load_image(src: str | os.PathLike | BinaryIO, reduce_to: int | None = None) 
             elif reduce_to and im.format == "JPEG":
                 im.draft("RGB", (reduce_to, reduce_to))
             im.seek(0)
+            im.load()  # a full decode: truncated files fail here
+            if reduce_to and min(im.size) >= 2 * reduce_to:  # not JPEG: shrink in the slot
+                if im.mode not in ("L", "LA", "RGB", "RGBA", "I", "F"):
+                    im = im.convert("L" if im.mode == "1" else "RGBA")
+                im = im.reduce(min(im.size) // reduce_to)
             im = ImageOps.exif_transpose(im)
-            return im.convert("RGB")  # forces a full decode: truncated files fail here
+            return im.convert("RGB")
     except ImageError:
         raise
     except FileNotFoundError as e:

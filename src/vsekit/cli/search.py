@@ -241,6 +241,20 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=_serve)
 
 
+def _limit_malloc_arenas(n: int = 2) -> None:
+    """glibc gives each of the server's worker threads its own malloc arena; with a
+    thread pool that fragments memory into hundreds of MB. Two arenas, as
+    ``MALLOC_ARENA_MAX=2`` would (a no-op where glibc is absent)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt(-8, n)  # M_ARENA_MAX
+    except (OSError, AttributeError):
+        pass
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -258,6 +272,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"warning: serving on {args.host} without --token", file=sys.stderr)
     hosts = [*LOOPBACK, *([] if wildcard else [args.host]), *args.allow_host]
     guard = GuardConfig(token=args.token, allowed_hosts=hosts, show_paths=args.show_paths)
+    _limit_malloc_arenas()
     coll, model = open_collection(args.index, args.model)
     print(f"serving {len(coll)} images from {coll.path} on http://{args.host}:{args.port}/")
     sys.stdout.flush()

@@ -128,15 +128,22 @@ def printable(path: str) -> str:
     return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
+def inside(path: str, root: str) -> bool:
+    """``path`` is ``root`` or below it (both resolved)."""
+    return path == root or path.startswith(os.path.join(root, ""))
+
+
 def scan_images(
     root: Path, skipped: list[tuple[str, str]] | None = None
 ) -> Iterator[tuple[str, int, int]]:
     """``(absolute path, size, mtime_ns)`` of every regular image file under ``root``,
     sorted. What cannot be indexed is appended to ``skipped`` as ``(path, reason)``: file
     names that are not UTF-8, FIFOs, devices and sockets named like images (never opened,
-    so nothing hangs), broken symbolic links and loops, unreadable folders. Symbolic
-    links to folders are not followed."""
+    so nothing hangs), broken symbolic links and loops, symbolic links to files outside
+    ``root`` (they could not be served), unreadable folders. Symbolic links to folders
+    are not followed."""
     skipped = skipped if skipped is not None else []
+    real_root = os.path.realpath(root)
 
     def unreadable(e: OSError) -> None:
         skipped.append((printable(str(e.filename)), f"unreadable folder ({e.strerror})"))
@@ -163,6 +170,9 @@ def scan_images(
                 continue
             if not stat.S_ISREG(st.st_mode):
                 skipped.append((p, "not a regular file (a FIFO, device or socket)"))
+                continue
+            if os.path.islink(p) and not inside(os.path.realpath(p), real_root):
+                skipped.append((p, "symbolic link to a file outside the folder"))
                 continue
             yield p, st.st_size, st.st_mtime_ns
 
@@ -394,7 +404,7 @@ class Collection:
             raise FileNotIndexed(f"id: no indexed image {file_id}")
         path, (size, mtime) = self.paths[pos], self._stamps[pos]
         real = os.path.realpath(path)
-        if not any(real == r or real.startswith(os.path.join(r, "")) for r in self.roots()):
+        if not any(inside(real, r) for r in self.roots()):
             raise FileChanged(f"id: image {file_id} now resolves outside the indexed folders")
         try:
             fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)

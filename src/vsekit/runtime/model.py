@@ -119,7 +119,8 @@ class VSEModel:
         self.captions = captions or []
         self.path = path
         self.tagger = tagger  # (W [F, word_dim], tag names)
-        self._tag_vectors = None
+        self._tag_vectors = None  # (vectors of the known tags, their names)
+        self._tag_table = None  # ([T, D] word vectors of every tag, [T] known)
         self._backbone = None
         self._pool = None
 
@@ -138,6 +139,8 @@ class VSEModel:
         try:
             info = json.loads((path / "bundle.json").read_text())
             mcfg = model_config(upgrade_model_section(info["config"]["model"]))
+            if getattr(mcfg, "text", None) is not None:  # weights come from the bundle:
+                mcfg.text.glove = False  # no GloVe initialisation (400k words) to load
             vocab = Vocabulary.load(path / "vocab.json")
             model = create_model(info["img_dim"], vocab, mcfg)
             state = load_file(path / "model.safetensors")
@@ -153,9 +156,12 @@ class VSEModel:
             captions = (path / "captions.txt").read_text(encoding="utf-8").splitlines()
         tagger = None
         if (path / "tagger.safetensors").is_file():
-            w = load_file(path / "tagger.safetensors")["W"].float()
-            tagger = (w, (path / "tags.txt").read_text(encoding="utf-8").splitlines())
-        return cls(model, info, stats, captions, path, tagger, device)
+            t = load_file(path / "tagger.safetensors")
+            tagger = (t["W"].float(), (path / "tags.txt").read_text(encoding="utf-8").splitlines())
+        out = cls(model, info, stats, captions, path, tagger, device)
+        if tagger is not None and "vectors" in t:  # the tags' word vectors, shipped
+            out._tag_table = (t["vectors"].float(), t["known"].bool().tolist())
+        return out
 
     def save(self, out: str | Path, half: bool = True, captions: Sequence[str] = ()) -> Path:
         """Write a bundle directory atomically (built beside, then swapped in)."""
@@ -176,7 +182,10 @@ class VSEModel:
                 (tmp / "captions.txt").write_text(text, encoding="utf-8")
             if self.tagger is not None:
                 w, names = self.tagger
-                save_file({"W": w.to(dtype).contiguous()}, tmp / "tagger.safetensors")
+                vecs, known = self._tag_word_vectors()
+                tagger = {"W": w.to(dtype).contiguous(), "vectors": vecs.float().contiguous(),
+                          "known": torch.tensor(known, dtype=torch.uint8)}  # fmt: skip
+                save_file(tagger, tmp / "tagger.safetensors")
                 (tmp / "tags.txt").write_text("\n".join(names) + "\n", encoding="utf-8")
             info = dict(self.info, dtype=str(dtype).removeprefix("torch."))
             (tmp / "bundle.json").write_text(json.dumps(info, indent=2) + "\n")
@@ -355,6 +364,16 @@ class VSEModel:
         out = self.tags_from_features(self.image_features(items), k) if items else []
         return out[0] if single else out
 
+    def _tag_word_vectors(self) -> tuple[torch.Tensor, list[bool]]:
+        """``([T, D] word vectors, [T] known)`` of the tagger's tags: shipped in the bundle,
+        else from GloVe (a compound noun is the mean of its words)."""
+        if self._tag_table is None:
+            from ..text.glove import tag_vectors
+
+            vecs, known = tag_vectors(self.tagger[1])
+            self._tag_table = (torch.from_numpy(vecs), known.tolist())
+        return self._tag_table
+
     def tags_from_features(
         self, features: np.ndarray, k: int = 10
     ) -> list[list[tuple[str, float]]]:
@@ -365,13 +384,9 @@ class VSEModel:
             return [[] for _ in range(len(features))]
         w, names = self.tagger
         if self._tag_vectors is None:
-            from ..text.glove import tag_vectors
-
-            vecs, known = tag_vectors(names)
-            self._tag_vectors = (
-                torch.from_numpy(vecs[known]),
-                [n for n, ok in zip(names, known, strict=True) if ok],
-            )
+            vecs, known = self._tag_word_vectors()
+            kept = [n for n, ok in zip(names, known, strict=True) if ok]
+            self._tag_vectors = (vecs[torch.tensor(known, dtype=torch.bool)], kept)
         vecs, known_names = self._tag_vectors
         s = (torch.from_numpy(np.asarray(features, np.float32)) @ w) @ vecs.T
         top = torch.topk(s, min(k, s.shape[1]), dim=1)

@@ -49,6 +49,7 @@ from ..index.query import (
 from ..runtime import VSEModel
 from .guard import GuardConfig, add_guards
 
+BACKBONE_SLOTS = 2
 THUMB_SIZE = 256
 THUMB_CACHE = 2048
 
@@ -93,6 +94,8 @@ def create_app(
     pool = model.caption_pool
     thumbs: OrderedDict[tuple, bytes] = OrderedDict()
     thumbs_lock = threading.Lock()
+    # CNN forwards at once: more only adds activation memory, the cores are already busy
+    backbone_slots = threading.BoundedSemaphore(BACKBONE_SLOTS)
     add_guards(app, guard)
 
     def roots_for_display() -> list[str] | None:
@@ -180,7 +183,8 @@ def create_app(
         file: Annotated[UploadFile, File()], k: Annotated[int, Query(ge=1, le=MAX_K)] = 20
     ) -> dict:
         im = read_upload(file)
-        emb = model.encode_image(im)
+        with backbone_slots:
+            emb = model.encode_image(im)
         found = hits(search_vector, emb, k)
         return {"results": [_hit_json(h, roots_for_display()) for h in found]}
 
@@ -196,7 +200,9 @@ def create_app(
     def annotate(
         file: Annotated[UploadFile, File()], k: Annotated[int, Query(ge=1, le=50)] = 5
     ) -> dict:
-        feats = model.image_features([read_upload(file)])
+        im = read_upload(file)
+        with backbone_slots:
+            feats = model.image_features([im])
         return annotation(model.encode_image_features(feats), k, feats)
 
     @app.get("/annotate/{file_id}")
@@ -210,7 +216,8 @@ def create_app(
         if model.tagger is not None:  # tags need the image features, not stored: recompute
             with open_indexed(file_id) as fh:
                 im = decode(fh, f"id: image {file_id}", model.decode_size)
-            feats = model.image_features([im])
+            with backbone_slots:
+                feats = model.image_features([im])
         return annotation(emb, k, feats)
 
     @app.get("/images/{file_id}")

@@ -16,6 +16,7 @@ In order, for each HTTP request:
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 from dataclasses import dataclass, field
@@ -111,7 +112,8 @@ class GuardMiddleware:
             await _send_json(send, 413, f"body: larger than {limit // 2**20} MB")
             return
         seen = 0
-        started = False
+        state = {"started": False, "too_large": False}
+        too_large = f"body: larger than {limit // 2**20} MB"
 
         async def counted_receive():
             nonlocal seen
@@ -119,22 +121,26 @@ class GuardMiddleware:
             if msg["type"] == "http.request":
                 seen += len(msg.get("body", b""))
                 if seen > limit:
+                    state["too_large"] = True
                     raise _BodyTooLarge
             return msg
 
-        async def send_with_cookie(msg):
-            nonlocal started
+        async def guarded_send(msg):
+            if state["too_large"]:  # whatever the app answers to a cut body, it is a 413
+                if msg["type"] == "http.response.start" and not state["started"]:
+                    state["started"] = True
+                    await _send_json(send, 413, too_large)
+                return
             if msg["type"] == "http.response.start":
-                started = True
+                state["started"] = True
                 if set_cookie:
                     msg = {**msg, "headers": [*msg.get("headers", []), *set_cookie]}
             await send(msg)
 
-        try:
-            await self.app(scope, counted_receive, send_with_cookie)
-        except _BodyTooLarge:
-            if not started:
-                await _send_json(send, 413, f"body: larger than {limit // 2**20} MB")
+        with contextlib.suppress(_BodyTooLarge):
+            await self.app(scope, counted_receive, guarded_send)
+        if state["too_large"] and not state["started"]:
+            await _send_json(send, 413, too_large)
 
 
 def add_guards(app, cfg: GuardConfig) -> None:

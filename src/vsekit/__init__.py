@@ -14,10 +14,18 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["ModelError", "VSEModel", "__version__", "list_models", "load_model", "registries"]
+__all__ = [
+    "ModelError",
+    "OnnxModel",
+    "VSEModel",
+    "__version__",
+    "list_models",
+    "load_model",
+    "registries",
+]
 
 if TYPE_CHECKING:
-    from .runtime import ModelError, VSEModel, list_models, load_model
+    from .runtime import ModelError, OnnxModel, VSEModel, list_models, load_model
 
 
 def registries() -> dict[str, Any]:
@@ -40,7 +48,7 @@ def registries() -> dict[str, Any]:
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("ModelError", "VSEModel", "list_models", "load_model"):
+    if name in ("ModelError", "VSEModel", "OnnxModel", "list_models", "load_model"):
         from . import runtime
 
         return getattr(runtime, name)

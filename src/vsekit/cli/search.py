@@ -15,6 +15,17 @@ from ._base import command, port_number, positive_int
 DEFAULT_INDEX = "~/.cache/vsekit/index"
 
 
+def _set_threads(n: int) -> None:
+    """CPU threads for whichever backend runs (PyTorch if installed; ONNX Runtime reads
+    ``OMP_NUM_THREADS``)."""
+    os.environ["OMP_NUM_THREADS"] = str(n)
+    try:
+        import torch
+    except ImportError:
+        return
+    torch.set_num_threads(n)
+
+
 def _load_model(name: str):
     from ..runtime import load_model
 
@@ -45,6 +56,14 @@ def _add_model(sub: argparse._SubParsersAction) -> None:
     pin.add_argument("bundle", help="model bundle directory")
     pin.add_argument("--weights", default="auto", help="weights file (default: installed)")
     pin.set_defaults(handler=_model_pin)
+    ox = msub.add_parser(
+        "onnx", help="write a bundle's encoders as ONNX graphs, for ONNX Runtime (no PyTorch)"
+    )
+    ox.add_argument("bundle", help="model bundle directory, or 'default'")
+    ox.add_argument(
+        "--storage", choices=("fp16", "fp32"), default="fp16", help="weight storage (fp16)"
+    )
+    ox.set_defaults(handler=_model_onnx)
     i = msub.add_parser("info", help="what a model is, how it was trained and its dev metrics")
     i.add_argument("model", nargs="?", default="default")
     i.set_defaults(handler=_model_info)
@@ -90,6 +109,18 @@ def _model_pin(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_onnx(args: argparse.Namespace) -> int:
+    from ..runtime import VSEModel
+    from ..train.onnx_export import export_onnx
+
+    model = VSEModel.load(args.bundle, device="cpu")
+    meta = export_onnx(model, model.path, storage=args.storage)
+    for name in meta["sha256"]:
+        size = (model.path / name).stat().st_size / 1e6
+        print(f"{model.path / name}: {size:.1f} MB")
+    return 0
+
+
 def _model_info(args: argparse.Namespace) -> int:
     m = _load_model(args.model)
     info = {k: v for k, v in m.info.items() if k != "config"}
@@ -120,12 +151,10 @@ def _add_index(sub: argparse._SubParsersAction) -> None:
 
 
 def _index(args: argparse.Namespace) -> int:
-    import torch
-
     from ..index import Collection, model_info
 
     if args.threads:
-        torch.set_num_threads(args.threads)
+        _set_threads(args.threads)
     index = Path(args.index).expanduser()
     if not Path(args.folder).expanduser().is_dir():  # before any index is created
         raise ValueError(f"{args.folder}: not a folder")
@@ -198,8 +227,8 @@ def _annotate(args: argparse.Namespace) -> int:
     model = _load_model(args.model)
     if not model.captions:
         raise ValueError(f"model {args.model!r} has no caption pool (export it --captions-from)")
-    feats = model.image_features([args.image])
-    best = model.caption_pool.best(model.encode_image_features(feats), args.k)[0]
+    emb, feats = model.embed_with_features([args.image])
+    best = model.caption_pool.best(emb, args.k)[0]
     tags = model.tags_from_features(feats, args.tags)[0]
     if args.json:
         caps = [{"text": c, "score": s} for c, s in best]

@@ -1,30 +1,37 @@
-"""Image features: backbones, crops, extraction to a FeatureStore, FNE, R-MAC."""
+"""Image features: backbones, crops, extraction to a FeatureStore, FNE, R-MAC.
 
-from . import arch_efficientnet, arch_resnet, arch_vgg  # noqa: F401  (register backbones)
-from .backbones import Backbone, LayerSpec, create_backbone, list_backbones, register_backbone
-from .extract import ExtractItem, embed_images, extract_to_store
-from .featurizer import ImageFeaturizer
-from .fne import FNEStats, full_network_embedding, ternarise
-from .rmac import rmac
-from .store import FeatureStore, StoreError
-from .weights import WeightsError, install_weights
+Names are imported on first use (PEP 562): ``vsekit.features.fne`` and ``.kinds`` are
+NumPy-only and serve the PyTorch-free runtime; the rest needs PyTorch."""
 
-__all__ = [
-    "Backbone",
-    "ExtractItem",
-    "FNEStats",
-    "FeatureStore",
-    "ImageFeaturizer",
-    "LayerSpec",
-    "StoreError",
-    "WeightsError",
-    "create_backbone",
-    "embed_images",
-    "extract_to_store",
-    "full_network_embedding",
-    "install_weights",
-    "list_backbones",
-    "register_backbone",
-    "rmac",
-    "ternarise",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_WHERE = {
+    "Backbone": "backbones",
+    "LayerSpec": "backbones",
+    "create_backbone": "backbones",
+    "list_backbones": "backbones",
+    "register_backbone": "backbones",
+    "ExtractItem": "extract",
+    "embed_images": "extract",
+    "extract_to_store": "extract",
+    "ImageFeaturizer": "featurizer",
+    "FNEStats": "fne",
+    "full_network_embedding": "fne",
+    "ternarise": "fne",
+    "rmac": "rmac",
+    "FeatureStore": "store",
+    "StoreError": "store",
+    "WeightsError": "weight_files",
+    "install_weights": "weights",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..runtime import VSEModel, load_model
+from ..runtime import BaseModel, load_model
 from .collection import Collection, Hit, model_info
 
 MAX_QUERY_CHARS = 500
@@ -30,20 +30,20 @@ def check_k(k: int) -> int:
     return k
 
 
-def _score_fn(model: VSEModel):
+def _score_fn(model: BaseModel):
     if model.similarity_name == "cosine":
         return None  # plain dot products of unit vectors: exact or FAISS
     return lambda emb, q: model.similarity(emb, q).T  # [n, Q] -> [Q, n]
 
 
 def search_text(
-    coll: Collection, model: VSEModel, text: str, k: int = 20, method: str = "auto"
+    coll: Collection, model: BaseModel, text: str, k: int = 20, method: str = "auto"
 ) -> list[Hit]:
     return search_text_embedding(coll, model, model.encode_text([check_query(text)]), k, method)
 
 
 def search_text_embedding(
-    coll: Collection, model: VSEModel, q: np.ndarray, k: int = 20, method: str = "auto"
+    coll: Collection, model: BaseModel, q: np.ndarray, k: int = 20, method: str = "auto"
 ) -> list[Hit]:
     """Images best matching an already-embedded text query ``q`` ([D] or [1, D]), scored
     with the model's own similarity (the service embeds outside its collection lock)."""
@@ -51,14 +51,14 @@ def search_text_embedding(
 
 
 def search_vector(
-    coll: Collection, model: VSEModel, emb: np.ndarray, k: int = 20, method: str = "auto"
+    coll: Collection, model: BaseModel, emb: np.ndarray, k: int = 20, method: str = "auto"
 ) -> list[Hit]:
     """Images nearest to an image embedding (cosine between image embeddings)."""
     return coll.search(np.atleast_2d(emb), check_k(k), method)[0]
 
 
 def search_image(
-    coll: Collection, model: VSEModel, image, k: int = 20, method: str = "auto"
+    coll: Collection, model: BaseModel, image, k: int = 20, method: str = "auto"
 ) -> list[Hit]:
     """``image``: a path or a PIL image (ImageError if unreadable)."""
     return search_vector(coll, model, model.encode_image(image), k, method)
@@ -66,7 +66,7 @@ def search_image(
 
 def open_collection(
     index: str | Path, model_name: str | None = None, device: str | None = None
-) -> tuple[Collection, VSEModel]:
+) -> tuple[Collection, BaseModel]:
     """The collection at ``index`` and its model (by default the one it was built with);
     CollectionError if the model's fingerprint is not the index's."""
     coll = Collection(index)

@@ -12,7 +12,7 @@ from ..fsio import atomic_write, cache_dir, np_bytes
 from ..topk import exact_search
 
 if TYPE_CHECKING:
-    from .model import VSEModel
+    from .base import BaseModel
 
 
 class CaptionPool:
@@ -23,7 +23,7 @@ class CaptionPool:
     """
 
     def __init__(
-        self, model: VSEModel, captions: Sequence[str] | None = None, cache: bool = True
+        self, model: BaseModel, captions: Sequence[str] | None = None, cache: bool = True
     ) -> None:
         self.model = model
         # unique captions, first occurrence order: duplicates would crowd the top-k

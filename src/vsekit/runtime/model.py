@@ -1,8 +1,7 @@
-"""The public model: raw images and raw sentences into one joint space.
+"""The PyTorch backend of the public model (:class:`VSEModel`), and :func:`load_model`.
 
-``vsekit.load_model()`` gives a :class:`VSEModel`. Everything that embeds, searches,
-annotates or tags (the CLI, the index, the service, the benchmarks of shipped models)
-goes through it::
+``vsekit.load_model()`` gives a model with one API whatever runs it (see
+:class:`~vsekit.runtime.base.BaseModel`)::
 
     m = vsekit.load_model()                       # the shipped default
     t = m.encode_text(["a dog", "two people"])    # [2, D] float32, unit rows
@@ -20,82 +19,50 @@ A bundle is a directory:
 * ``fne_stats.safetensors``: train-split FNE mean/std (FNE models only);
 * ``captions.txt``: an optional caption pool for annotation, one caption per line;
 * ``tagger.safetensors`` + ``tags.txt``: an optional bilinear tag ranker on the same
-  image features, and its tag vocabulary.
+  image features, its tag vocabulary and the tags' word vectors;
+* ``image.onnx``, ``text.onnx``, ``onnx.json``: the encoders for ONNX Runtime
+  (``vse model onnx``), used by :class:`~vsekit.runtime.onnx_model.OnnxModel`.
 
 ``vse model export RUN OUT`` writes one from a training run (:mod:`vsekit.train.export`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterator, Sequence
-from importlib import resources
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
-from PIL import Image
-from safetensors.numpy import load_file as load_np
 from safetensors.numpy import save_file as save_np
 from safetensors.torch import load_file, save_file
 
 from ..config import ConfigError
 from ..data.vocab import Vocabulary
 from ..features.fne import FNEStats
-from ..features.kinds import FEATURE_KINDS, features_of_kind
+from ..features.kinds import features_of_kind
 from ..fsio import atomic_dir
 from ..models.factory import create_model, model_config, upgrade_model_section
+from .base import (
+    BUNDLE_VERSION,
+    DEFAULT_MODEL,
+    BaseModel,
+    ImageInput,
+    ModelError,
+    bundle_dir,
+    default_model_dir,
+    read_bundle_extras,
+    unit,
+)
 
-BUNDLE_VERSION = 1
-DEFAULT_MODEL = "default"
-
-ImageInput = str | os.PathLike | Image.Image
-Tensorish = np.ndarray | torch.Tensor
-
-
-class ModelError(ValueError):
-    """A model bundle could not be loaded; the message names the path."""
-
-
-def default_model_dir() -> Path:
-    return Path(str(resources.files("vsekit") / "assets" / "default"))
-
-
-def list_models() -> list[str]:
-    """Names :func:`load_model` accepts besides a path: the models shipped in the package."""
-    return [DEFAULT_MODEL]
+__all__ = ["BUNDLE_VERSION", "ModelError", "VSEModel", "default_model_dir"]
 
 
-def load_model(name_or_path: str | os.PathLike = DEFAULT_MODEL, device: str | None = None):
-    """A model by name (:func:`list_models`) or a bundle directory; ``device`` is a torch
-    device (default: CUDA when present, else CPU)."""
-    return VSEModel.load(name_or_path, device=device)
+class VSEModel(BaseModel):
+    """The PyTorch backend: the trainable modules, on CPU or GPU."""
 
-
-def _batches(items: Sequence, size: int) -> Iterator[Sequence]:
-    if size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {size}")
-    for a in range(0, len(items), size):
-        yield items[a : a + size]
-
-
-def _convert(x: np.ndarray, convert_to: str) -> Tensorish:
-    if convert_to == "numpy":
-        return x
-    if convert_to == "torch":
-        return torch.from_numpy(x)
-    raise ValueError(f"convert_to: use numpy | torch, not {convert_to!r}")
-
-
-def _unit(x: np.ndarray) -> np.ndarray:
-    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
-
-
-class VSEModel:
-    """Image and text encoders of one trained model, from raw inputs to the joint space."""
+    backend = "torch"
 
     def __init__(
         self,
@@ -104,38 +71,21 @@ class VSEModel:
         fne_stats: FNEStats | None = None,
         captions: list[str] | None = None,
         path: Path | None = None,
-        tagger: tuple[torch.Tensor, list[str]] | None = None,
+        tagger: tuple | None = None,
         device: str | None = None,
     ) -> None:
-        kind = info["image"]["features"]
-        if kind not in FEATURE_KINDS:
-            raise ModelError(f"{path}: image features {kind!r} cannot be computed for new images")
-        if kind == "fne" and fne_stats is None:
-            raise ModelError(f"{path}: an FNE model needs its fne_stats")
+        if tagger is not None:
+            tagger = (np.asarray(tagger[0], np.float32), list(tagger[1]))
+        super().__init__(info, fne_stats, captions, path, tagger)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model = model.eval().to(self.device)
-        self.info = info
-        self.fne_stats = fne_stats
-        self.captions = captions or []
-        self.path = path
-        self.tagger = tagger  # (W [F, word_dim], tag names)
-        self._tag_vectors = None  # (vectors of the known tags, their names)
-        self._tag_table = None  # ([T, D] word vectors of every tag, [T] known)
         self._backbone = None
-        self._pool = None
 
     # -- loading and saving --------------------------------------------------------
     @classmethod
     def load(cls, name: str | os.PathLike = DEFAULT_MODEL, device: str | None = None) -> VSEModel:
         """``"default"`` (the shipped model) or a bundle directory."""
-        path = default_model_dir() if str(name) == DEFAULT_MODEL else Path(name).expanduser()
-        if not (path / "bundle.json").is_file():
-            hint = (
-                "; a training run: export it first with `vse model export RUN OUT`"
-                if (path / "config.json").is_file()
-                else ""
-            )
-            raise ModelError(f"{path}: not a model bundle (no bundle.json){hint}")
+        path = bundle_dir(name)
         try:
             info = json.loads((path / "bundle.json").read_text())
             mcfg = model_config(upgrade_model_section(info["config"]["model"]))
@@ -145,22 +95,12 @@ class VSEModel:
             model = create_model(info["img_dim"], vocab, mcfg)
             state = load_file(path / "model.safetensors")
             model.load_state_dict({k: v.float() for k, v in state.items()})
+            extras = read_bundle_extras(path, info)
         except (OSError, KeyError, ValueError, ConfigError, RuntimeError) as e:
             raise ModelError(f"{path}: broken model bundle ({e})") from e
-        stats = None
-        if (path / "fne_stats.safetensors").is_file():
-            t = load_np(path / "fne_stats.safetensors")
-            stats = FNEStats(t["mean"], t["std"], int(info["image"]["fne"]["n_fit"]))
-        captions = None
-        if (path / "captions.txt").is_file():
-            captions = (path / "captions.txt").read_text(encoding="utf-8").splitlines()
-        tagger = None
-        if (path / "tagger.safetensors").is_file():
-            t = load_file(path / "tagger.safetensors")
-            tagger = (t["W"].float(), (path / "tags.txt").read_text(encoding="utf-8").splitlines())
-        out = cls(model, info, stats, captions, path, tagger, device)
-        if tagger is not None and "vectors" in t:  # the tags' word vectors, shipped
-            out._tag_table = (t["vectors"].float(), t["known"].bool().tolist())
+        out = cls(model, info, extras["fne_stats"], extras["captions"], path, extras["tagger"],
+                  device)  # fmt: skip
+        out._tag_table = extras["tag_table"]
         return out
 
     def save(self, out: str | Path, half: bool = True, captions: Sequence[str] = ()) -> Path:
@@ -183,9 +123,11 @@ class VSEModel:
             if self.tagger is not None:
                 w, names = self.tagger
                 vecs, known = self._tag_word_vectors()
-                tagger = {"W": w.to(dtype).contiguous(), "vectors": vecs.float().contiguous(),
-                          "known": torch.tensor(known, dtype=torch.uint8)}  # fmt: skip
-                save_file(tagger, tmp / "tagger.safetensors")
+                np_dtype = np.float16 if half else np.float32
+                tagger = {"W": np.ascontiguousarray(w, np_dtype),
+                          "vectors": np.ascontiguousarray(vecs, np.float32),
+                          "known": np.asarray(known, np.uint8)}  # fmt: skip
+                save_np(tagger, tmp / "tagger.safetensors")
                 (tmp / "tags.txt").write_text("\n".join(names) + "\n", encoding="utf-8")
             info = dict(self.info, dtype=str(dtype).removeprefix("torch."))
             (tmp / "bundle.json").write_text(json.dumps(info, indent=2) + "\n")
@@ -200,35 +142,11 @@ class VSEModel:
     def similarity_name(self) -> str:
         return self.model.cfg.similarity
 
-    @property
-    def fingerprint(self) -> str:
-        """Changes whenever the weights or the image side (backbone, its weights' sha256,
-        preprocessing, crops, feature kind) change (16 hex digits)."""
-        h = hashlib.sha256(json.dumps(self.info["image"], sort_keys=True).encode())
-        for k, v in sorted(self.model.state_dict().items()):
-            h.update(k.encode())
-            h.update(v.detach().to(torch.float16).cpu().numpy().tobytes())
-        return h.hexdigest()[:16]
-
-    def describe(self, name: str | None = None) -> dict:
-        """What an index records about the model its embeddings come from."""
-        return {
-            "name": name or (str(self.path) if self.path else "in-memory"),
-            "fingerprint": self.fingerprint,
-            "dim": self.embed_dim,
-            "similarity": self.similarity_name,
-            "backbone": self.info["image"]["backbone"],
-            "weights_sha256": self.info["image"].get("weights_sha256"),
-        }
+    def _weights_fp16(self) -> Iterator[tuple[str, np.ndarray]]:
+        for k, v in self.model.state_dict().items():
+            yield k, v.detach().to(torch.float16).cpu().numpy()
 
     # -- the image side ------------------------------------------------------------
-    @property
-    def decode_size(self) -> int:
-        """Short side to decode photos at (reduced-size JPEG decoding above it)."""
-        from ..features.crops import decode_size
-
-        return decode_size(int(self.info["image"].get("preprocessing", {}).get("input_size", 224)))
-
     def backbone(self):
         """The image backbone, created on first use from the installed weights, which
         must be the ones the model recorded (a WeightsError names both hashes)."""
@@ -272,141 +190,15 @@ class VSEModel:
         """``[N, F]`` image features -> ``[N, D]`` joint-space vectors."""
         x = torch.from_numpy(np.asarray(features)).to(self.device)
         out = self.model.encode_images(x).float().cpu().numpy()
-        return _unit(out) if normalize else out
-
-    def encode_image(
-        self,
-        images: ImageInput | Sequence[ImageInput],
-        batch_size: int = 16,
-        normalize: bool = True,
-        convert_to: Literal["numpy", "torch"] = "numpy",
-        show_progress: bool = False,
-    ) -> Tensorish:
-        """Paths or PIL images -> ``[N, D]`` float32 (one input -> ``[D]``).
-
-        Images are decoded, cropped and run through the backbone ``batch_size`` at a time,
-        so memory is bounded by the batch, not by ``len(images)``. ``normalize``: unit
-        rows (the models' own outputs are already unit-norm for cosine similarity).
-        """
-        single = isinstance(images, str | os.PathLike | Image.Image)
-        items = [images] if single else list(images)
-        out = np.zeros((len(items), self.embed_dim), np.float32)
-        bar = _progress(len(items), "images", show_progress)
-        a = 0
-        for batch in _batches(items, batch_size):
-            out[a : a + len(batch)] = self.encode_image_features(
-                self.image_features(batch), normalize
-            )
-            a += len(batch)
-            bar.update(len(batch))
-        bar.close()
-        return _convert(out[0] if single else out, convert_to)
+        return unit(out) if normalize else out
 
     @torch.inference_mode()
-    def encode_text(
-        self,
-        texts: str | Sequence[str],
-        batch_size: int = 256,
-        normalize: bool = True,
-        convert_to: Literal["numpy", "torch"] = "numpy",
-        show_progress: bool = False,
-    ) -> Tensorish:
-        """Raw sentences -> ``[M, D]`` float32 (one string -> ``[D]``)."""
-        single = isinstance(texts, str)
-        items = [texts] if single else list(texts)
-        bad = [k for k, t in enumerate(items) if not isinstance(t, str)]
-        if bad:
-            raise TypeError(f"encode_text: item {bad[0]} is {type(items[bad[0]]).__name__}")
-        chunks = []
-        bar = _progress(len(items), "texts", show_progress)
-        for batch in _batches(items, batch_size):
-            chunks.append(self.model.encode_texts(list(batch)).float().cpu().numpy())
-            bar.update(len(batch))
-        bar.close()
-        out = np.concatenate(chunks) if chunks else np.zeros((0, self.embed_dim), np.float32)
-        out = _unit(out) if normalize else out
-        return _convert(out[0] if single else out, convert_to)
+    def _encode_text_batch(self, texts: list[str]) -> np.ndarray:
+        return self.model.encode_texts(texts).float().cpu().numpy()
 
     @torch.inference_mode()
-    def similarity(self, image_emb: Tensorish, text_emb: Tensorish) -> np.ndarray:
-        """``[N, D] x [M, D] -> [N, M]`` with the model's own similarity (cosine, order
-        or euclidean; order is asymmetric, so images come first). 1-D inputs count as
-        one row each."""
+    def similarity(self, image_emb, text_emb) -> np.ndarray:
+        """``[N, D] x [M, D] -> [N, M]`` with the model's own similarity module."""
         a = torch.as_tensor(np.atleast_2d(np.asarray(image_emb, np.float32)))
         b = torch.as_tensor(np.atleast_2d(np.asarray(text_emb, np.float32)))
         return self.model.similarity(a.to(self.device), b.to(self.device)).cpu().numpy()
-
-    # -- annotation and tags -------------------------------------------------------
-    @property
-    def caption_pool(self):
-        """The model's captions with their embeddings (computed once, cached on disk)."""
-        if self._pool is None:
-            from .captions import CaptionPool
-
-            self._pool = CaptionPool(self)
-        return self._pool
-
-    def annotate(
-        self, images: ImageInput | Sequence[ImageInput], k: int = 5
-    ) -> list[tuple[str, float]] | list[list[tuple[str, float]]]:
-        """The ``k`` best captions of the model's pool for each image, with scores."""
-        single = isinstance(images, str | os.PathLike | Image.Image)
-        emb = self.encode_image([images] if single else images)
-        best = self.caption_pool.best(emb, k)
-        return best[0] if single else best
-
-    def tags(
-        self, images: ImageInput | Sequence[ImageInput], k: int = 10
-    ) -> list[tuple[str, float]] | list[list[tuple[str, float]]]:
-        """The ``k`` best tags of each image (empty without a tagger in the bundle)."""
-        single = isinstance(images, str | os.PathLike | Image.Image)
-        items = [images] if single else list(images)
-        out = self.tags_from_features(self.image_features(items), k) if items else []
-        return out[0] if single else out
-
-    def _tag_word_vectors(self) -> tuple[torch.Tensor, list[bool]]:
-        """``([T, D] word vectors, [T] known)`` of the tagger's tags: shipped in the bundle,
-        else from GloVe (a compound noun is the mean of its words)."""
-        if self._tag_table is None:
-            from ..text.glove import tag_vectors
-
-            vecs, known = tag_vectors(self.tagger[1])
-            self._tag_table = (torch.from_numpy(vecs), known.tolist())
-        return self._tag_table
-
-    def tags_from_features(
-        self, features: np.ndarray, k: int = 10
-    ) -> list[list[tuple[str, float]]]:
-        """Top-``k`` tags of each image from its ``[N, F]`` features."""
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
-        if self.tagger is None:
-            return [[] for _ in range(len(features))]
-        w, names = self.tagger
-        if self._tag_vectors is None:
-            vecs, known = self._tag_word_vectors()
-            kept = [n for n, ok in zip(names, known, strict=True) if ok]
-            self._tag_vectors = (vecs[torch.tensor(known, dtype=torch.bool)], kept)
-        vecs, known_names = self._tag_vectors
-        s = (torch.from_numpy(np.asarray(features, np.float32)) @ w) @ vecs.T
-        top = torch.topk(s, min(k, s.shape[1]), dim=1)
-        return [
-            [(known_names[j], float(v)) for v, j in zip(vals.tolist(), idx.tolist(), strict=True)]
-            for vals, idx in zip(top.values, top.indices, strict=True)
-        ]
-
-
-class _NoBar:
-    def update(self, n: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def _progress(total: int, unit: str, show: bool):
-    if not show:
-        return _NoBar()
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit=f" {unit}", dynamic_ncols=True)

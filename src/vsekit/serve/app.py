@@ -46,7 +46,7 @@ from ..index.query import (
     search_text_embedding,
     search_vector,
 )
-from ..runtime import VSEModel
+from ..runtime import BaseModel
 from .guard import GuardConfig, add_guards
 
 BACKBONE_SLOTS = 2
@@ -80,7 +80,7 @@ def _hit_json(h: Hit, roots: list[str] | None) -> dict:
 
 
 def create_app(
-    coll: Collection, model: VSEModel, method: str = "auto", guard: GuardConfig | None = None
+    coll: Collection, model: BaseModel, method: str = "auto", guard: GuardConfig | None = None
 ) -> FastAPI:
     """The service for one collection and the model its embeddings come from; ``guard``
     sets the token, allowed hosts, upload limit and whether paths are shown."""
@@ -202,8 +202,8 @@ def create_app(
     ) -> dict:
         im = read_upload(file)
         with backbone_slots:
-            feats = model.image_features([im])
-        return annotation(model.encode_image_features(feats), k, feats)
+            emb, feats = model.embed_with_features([im])
+        return annotation(emb, k, feats)
 
     @app.get("/annotate/{file_id}")
     def annotate_indexed(file_id: int, k: Annotated[int, Query(ge=1, le=50)] = 5) -> dict:

@@ -73,5 +73,5 @@ def attach_tagger(model: VSEModel, run: str | Path) -> None:
         spec["features"],
     ):
         raise ValueError(f"{run}: its image features differ from the model's ({spec})")
-    model.tagger = (tagger.W.detach().float().cpu(), list(tagger.vocab.itos))
+    model.tagger = (tagger.W.detach().float().cpu().numpy(), list(tagger.vocab.itos))
     model.info["tagger"] = {"run": Path(run).name, "dev_metrics": _run_metrics(Path(run), "best")}

@@ -1,0 +1,327 @@
+"""What every model backend shares, with NumPy only: loading a bundle's metadata, the
+public encode / similarity / annotate / tags API and its batching. A backend
+(:class:`~vsekit.runtime.model.VSEModel` on PyTorch, :class:`~vsekit.runtime.onnx_model.
+OnnxModel` on ONNX Runtime) supplies three things: ``_encode_text_batch(texts)``,
+``image_features(images)`` and ``encode_image_features(features)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from PIL import Image
+
+from ..features.fne import FNEStats
+from ..features.kinds import FEATURE_KINDS
+from ..views import decode_size
+
+BUNDLE_VERSION = 1
+DEFAULT_MODEL = "default"
+
+ImageInput = str | os.PathLike | Image.Image
+
+
+class ModelError(ValueError):
+    """A model bundle could not be loaded; the message names the path."""
+
+
+def default_model_dir() -> Path:
+    return Path(str(resources.files("vsekit") / "assets" / "default"))
+
+
+def bundle_dir(name: str | os.PathLike) -> Path:
+    """The directory of ``"default"`` or a bundle path; ModelError if it is not one."""
+    path = default_model_dir() if str(name) == DEFAULT_MODEL else Path(name).expanduser()
+    if not (path / "bundle.json").is_file():
+        hint = (
+            "; a training run: export it first with `vse model export RUN OUT`"
+            if (path / "config.json").is_file()
+            else ""
+        )
+        raise ModelError(f"{path}: not a model bundle (no bundle.json){hint}")
+    return path
+
+
+def read_bundle_extras(path: Path, info: dict) -> dict[str, Any]:
+    """The parts of a bundle every backend reads: FNE statistics, caption pool, tagger
+    (``W``, tag names, shipped tag word vectors)."""
+    from safetensors.numpy import load_file
+
+    out: dict[str, Any] = {"fne_stats": None, "captions": None, "tagger": None, "tag_table": None}
+    if (path / "fne_stats.safetensors").is_file():
+        t = load_file(path / "fne_stats.safetensors")
+        out["fne_stats"] = FNEStats(t["mean"], t["std"], int(info["image"]["fne"]["n_fit"]))
+    if (path / "captions.txt").is_file():
+        out["captions"] = (path / "captions.txt").read_text(encoding="utf-8").splitlines()
+    if (path / "tagger.safetensors").is_file():
+        t = load_file(path / "tagger.safetensors")
+        names = (path / "tags.txt").read_text(encoding="utf-8").splitlines()
+        out["tagger"] = (t["W"].astype(np.float32), names)
+        if "vectors" in t:
+            out["tag_table"] = (t["vectors"].astype(np.float32), t["known"].astype(bool).tolist())
+    return out
+
+
+def _batches(items: Sequence, size: int) -> Iterator[Sequence]:
+    if size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {size}")
+    for a in range(0, len(items), size):
+        yield items[a : a + size]
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
+def similarity_matrix(name: str, img: np.ndarray, txt: np.ndarray, abs_: bool) -> np.ndarray:
+    """``[N, M]`` with the model's similarity (see :mod:`vsekit.similarity`)."""
+    if name == "cosine":
+        return img @ txt.T
+    if name == "euclidean":
+        d = (img**2).sum(1)[:, None] + (txt**2).sum(1)[None, :] - 2 * img @ txt.T
+        return -np.maximum(d, 0)
+    if name == "order":
+        if abs_:
+            img, txt = np.abs(img), np.abs(txt)
+        return np.stack([-(np.maximum(txt - i, 0) ** 2).sum(1) for i in img]).reshape(
+            len(img), len(txt)
+        )
+    raise ModelError(f"unknown similarity {name!r}")
+
+
+class BaseModel:
+    """The public model API over one bundle (see :func:`vsekit.load_model`)."""
+
+    backend = "base"
+
+    def __init__(
+        self,
+        info: dict,
+        fne_stats: FNEStats | None = None,
+        captions: list[str] | None = None,
+        path: Path | None = None,
+        tagger: tuple[np.ndarray, list[str]] | None = None,
+    ) -> None:
+        kind = info["image"]["features"]
+        if kind not in FEATURE_KINDS:
+            raise ModelError(f"{path}: image features {kind!r} cannot be computed for new images")
+        if kind == "fne" and fne_stats is None:
+            raise ModelError(f"{path}: an FNE model needs its fne_stats")
+        self.info = info
+        self.fne_stats = fne_stats
+        self.captions = captions or []
+        self.path = path
+        self.tagger = tagger  # (W [F, word_dim], tag names)
+        self._tag_vectors = None  # (vectors of the known tags, their names)
+        self._tag_table = None  # ([T, D] word vectors of every tag, [T] known)
+        self._pool = None
+
+    # -- identity ------------------------------------------------------------------
+    @property
+    def embed_dim(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def model_config(self) -> dict:
+        return self.info["config"]["model"]
+
+    @property
+    def similarity_name(self) -> str:
+        return self.model_config.get("similarity", "cosine")
+
+    def _weights_fp16(self) -> Iterator[tuple[str, np.ndarray]]:
+        """The model's weights as float16 arrays, by name (for the fingerprint)."""
+        raise NotImplementedError
+
+    @property
+    def fingerprint(self) -> str:
+        """Changes whenever the weights or the image side (backbone, its weights' sha256,
+        preprocessing, crops, feature kind) change (16 hex digits); the same for every
+        backend of one bundle."""
+        h = hashlib.sha256(json.dumps(self.info["image"], sort_keys=True).encode())
+        for k, v in sorted(self._weights_fp16(), key=lambda kv: kv[0]):
+            h.update(k.encode())
+            h.update(np.ascontiguousarray(v, dtype=np.float16).tobytes())
+        return h.hexdigest()[:16]
+
+    def describe(self, name: str | None = None) -> dict:
+        """What an index records about the model its embeddings come from."""
+        return {
+            "name": name or (str(self.path) if self.path else "in-memory"),
+            "fingerprint": self.fingerprint,
+            "dim": self.embed_dim,
+            "similarity": self.similarity_name,
+            "backbone": self.info["image"]["backbone"],
+            "weights_sha256": self.info["image"].get("weights_sha256"),
+        }
+
+    @property
+    def decode_size(self) -> int:
+        """Short side to decode photos at (reduced-size JPEG decoding above it)."""
+        return decode_size(int(self.info["image"].get("preprocessing", {}).get("input_size", 224)))
+
+    # -- backend hooks -------------------------------------------------------------
+    def image_features(self, images: Sequence[ImageInput]) -> np.ndarray:
+        """PIL images or paths -> ``[N, F]`` features of the model's kind (one batch)."""
+        raise NotImplementedError
+
+    def encode_image_features(self, features: np.ndarray, normalize: bool = True) -> np.ndarray:
+        """``[N, F]`` image features -> ``[N, D]`` joint-space vectors."""
+        raise NotImplementedError
+
+    def _encode_text_batch(self, texts: list[str]) -> np.ndarray:
+        raise NotImplementedError
+
+    def embed_with_features(self, images: Sequence[ImageInput]) -> tuple[np.ndarray, np.ndarray]:
+        """``([N, D] unit embeddings, [N, F] features)`` of one batch (annotation with
+        tags needs both)."""
+        feats = self.image_features(images)
+        return self.encode_image_features(feats), feats
+
+    # -- encoding ------------------------------------------------------------------
+    def encode_image(
+        self,
+        images: ImageInput | Sequence[ImageInput],
+        batch_size: int = 16,
+        normalize: bool = True,
+        convert_to: Literal["numpy", "torch"] = "numpy",
+        show_progress: bool = False,
+    ):
+        """Paths or PIL images -> ``[N, D]`` float32 (one input -> ``[D]``).
+
+        Images are decoded, cropped and run through the backbone ``batch_size`` at a time,
+        so memory is bounded by the batch, not by ``len(images)``. ``normalize``: unit rows.
+        """
+        single = isinstance(images, str | os.PathLike | Image.Image)
+        items = [images] if single else list(images)
+        out = np.zeros((len(items), self.embed_dim), np.float32)
+        bar = _progress(len(items), "images", show_progress)
+        a = 0
+        for batch in _batches(items, batch_size):
+            out[a : a + len(batch)] = self.encode_image_features(
+                self.image_features(batch), normalize
+            )
+            a += len(batch)
+            bar.update(len(batch))
+        bar.close()
+        return _convert(out[0] if single else out, convert_to)
+
+    def encode_text(
+        self,
+        texts: str | Sequence[str],
+        batch_size: int = 256,
+        normalize: bool = True,
+        convert_to: Literal["numpy", "torch"] = "numpy",
+        show_progress: bool = False,
+    ):
+        """Raw sentences -> ``[M, D]`` float32 (one string -> ``[D]``)."""
+        single = isinstance(texts, str)
+        items = [texts] if single else list(texts)
+        bad = [k for k, t in enumerate(items) if not isinstance(t, str)]
+        if bad:
+            raise TypeError(f"encode_text: item {bad[0]} is {type(items[bad[0]]).__name__}")
+        chunks = []
+        bar = _progress(len(items), "texts", show_progress)
+        for batch in _batches(items, batch_size):
+            chunks.append(self._encode_text_batch(list(batch)))
+            bar.update(len(batch))
+        bar.close()
+        out = np.concatenate(chunks) if chunks else np.zeros((0, self.embed_dim), np.float32)
+        out = unit(out) if normalize else out
+        return _convert(out[0] if single else out, convert_to)
+
+    def similarity(self, image_emb, text_emb) -> np.ndarray:
+        """``[N, D] x [M, D] -> [N, M]`` with the model's own similarity (cosine, order
+        or euclidean; order is asymmetric, so images come first). 1-D inputs count as
+        one row each."""
+        a = np.atleast_2d(np.asarray(image_emb, np.float32))
+        b = np.atleast_2d(np.asarray(text_emb, np.float32))
+        return similarity_matrix(
+            self.similarity_name, a, b, bool(self.model_config.get("abs", False))
+        )
+
+    # -- annotation and tags -------------------------------------------------------
+    @property
+    def caption_pool(self):
+        """The model's captions with their embeddings (computed once, cached on disk)."""
+        if self._pool is None:
+            from .captions import CaptionPool
+
+            self._pool = CaptionPool(self)
+        return self._pool
+
+    def annotate(self, images: ImageInput | Sequence[ImageInput], k: int = 5):
+        """The ``k`` best captions of the model's pool for each image, with scores."""
+        single = isinstance(images, str | os.PathLike | Image.Image)
+        emb = self.encode_image([images] if single else images)
+        best = self.caption_pool.best(emb, k)
+        return best[0] if single else best
+
+    def tags(self, images: ImageInput | Sequence[ImageInput], k: int = 10):
+        """The ``k`` best tags of each image (empty without a tagger in the bundle)."""
+        single = isinstance(images, str | os.PathLike | Image.Image)
+        items = [images] if single else list(images)
+        out = self.tags_from_features(self.image_features(items), k) if items else []
+        return out[0] if single else out
+
+    def _tag_word_vectors(self) -> tuple[np.ndarray, list[bool]]:
+        """``([T, D] word vectors, [T] known)`` of the tagger's tags: shipped in the bundle,
+        else from GloVe (a compound noun is the mean of its words)."""
+        if self._tag_table is None:
+            from ..text.glove import tag_vectors
+
+            vecs, known = tag_vectors(self.tagger[1])
+            self._tag_table = (np.asarray(vecs, np.float32), known.tolist())
+        return self._tag_table
+
+    def tags_from_features(
+        self, features: np.ndarray, k: int = 10
+    ) -> list[list[tuple[str, float]]]:
+        """Top-``k`` tags of each image from its ``[N, F]`` features."""
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        if self.tagger is None:
+            return [[] for _ in range(len(features))]
+        w, names = self.tagger
+        if self._tag_vectors is None:
+            vecs, known = self._tag_word_vectors()
+            kept = [n for n, ok in zip(names, known, strict=True) if ok]
+            self._tag_vectors = (vecs[np.asarray(known, bool)], kept)
+        vecs, known_names = self._tag_vectors
+        s = (np.asarray(features, np.float32) @ np.asarray(w, np.float32)) @ vecs.T
+        kk = min(k, s.shape[1])
+        top = np.argsort(-s, axis=1, kind="stable")[:, :kk]
+        return [[(known_names[j], float(row[j])) for j in idx] for row, idx in zip(s, top)]  # noqa: B905
+
+
+def _convert(x: np.ndarray, convert_to: str):
+    if convert_to == "numpy":
+        return x
+    if convert_to == "torch":
+        import torch
+
+        return torch.from_numpy(x)
+    raise ValueError(f"convert_to: use numpy | torch, not {convert_to!r}")
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(total: int, unit_name: str, show: bool):
+    if not show:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit=f" {unit_name}", dynamic_ncols=True)

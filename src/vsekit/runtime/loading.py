@@ -1,0 +1,48 @@
+"""Choosing and loading a model backend: :func:`load_model` and :func:`list_models`
+(no PyTorch needed unless the torch backend is chosen)."""
+
+from __future__ import annotations
+
+import os
+
+from .base import DEFAULT_MODEL, BaseModel, ModelError, bundle_dir
+
+BACKENDS = ("auto", "onnx", "torch")
+
+
+def list_models() -> list[str]:
+    """Names :func:`load_model` accepts besides a path: the models shipped in the package."""
+    return [DEFAULT_MODEL]
+
+
+def load_model(
+    name_or_path: str | os.PathLike = DEFAULT_MODEL,
+    device: str | None = None,
+    backend: str = "auto",
+) -> BaseModel:
+    """A model by name (:func:`list_models`) or a bundle directory.
+
+    ``backend``: ``onnx`` (ONNX Runtime; needs the bundle's ONNX files), ``torch``
+    (PyTorch; ``device`` is a torch device, default CUDA when present) or ``auto``:
+    ONNX when the bundle has its ONNX files and onnxruntime is installed, else PyTorch.
+    The model's ``backend`` attribute says which one runs.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: use {' | '.join(BACKENDS)}, not {backend!r}")
+    path = bundle_dir(name_or_path)
+    if backend == "auto":
+        from .onnx_model import onnx_available
+
+        backend = "onnx" if onnx_available(path) else "torch"
+    if backend == "onnx":
+        from .onnx_model import OnnxModel
+
+        return OnnxModel.load(path)
+    try:
+        from .model import VSEModel
+    except ImportError as e:
+        raise ModelError(
+            f"{path}: the torch backend needs PyTorch (pip install 'vsekit[train]'); "
+            f"without it, give the bundle its ONNX files (`vse model onnx`) ({e})"
+        ) from e
+    return VSEModel.load(path, device=device)

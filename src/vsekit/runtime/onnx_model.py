@@ -1,0 +1,153 @@
+"""The ONNX Runtime backend of the public model: no PyTorch at inference.
+
+Reads a bundle's ``image.onnx`` and ``text.onnx`` (written by ``vse model onnx``), checks
+them against the sha256 in ``onnx.json``, and runs them on the CPU. Text is tokenised and
+looked up in the bundle's vocabulary in Python; images are decoded and cropped with PIL
+and NumPy (:mod:`vsekit.views`), exactly as the PyTorch path does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ..data.tokenizer import tokenize
+from ..data.vocab import Vocabulary
+from ..images import load_image
+from ..views import crop_views_array
+from .base import BaseModel, ImageInput, ModelError, bundle_dir, read_bundle_extras, unit
+
+ONNX_FILES = ("image.onnx", "text.onnx", "onnx.json")
+
+
+def onnx_available(path: Path) -> bool:
+    """The bundle has its ONNX files and onnxruntime is installed."""
+    if not all((path / f).is_file() for f in ONNX_FILES):
+        return False
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _session(path: Path, threads: int | None):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if threads:
+        opts.intra_op_num_threads = threads
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+class OnnxModel(BaseModel):
+    """A bundle run by ONNX Runtime on the CPU."""
+
+    backend = "onnx"
+
+    def __init__(self, path: Path, info: dict, threads: int | None = None) -> None:
+        extras = read_bundle_extras(path, info)
+        super().__init__(info, extras["fne_stats"], extras["captions"], path, extras["tagger"])
+        self._tag_table = extras["tag_table"]
+        meta = json.loads((path / "onnx.json").read_text())
+        for name, want in meta["sha256"].items():
+            got = hashlib.sha256((path / name).read_bytes()).hexdigest()
+            if got != want:
+                raise ModelError(
+                    f"{path / name}: sha256 {got} is not the recorded {want}; "
+                    "re-create it with `vse model onnx`"
+                )
+        self._fingerprint = meta.get("model_fingerprint")
+        self.vocab = Vocabulary.load(path / "vocab.json")
+        self._image = _session(path / "image.onnx", threads)
+        self._text = _session(path / "text.onnx", threads)
+        self._dim = int(meta["embed_dim"])
+        self.crops = int(info["image"]["crops"])
+        self.size = int(info["image"].get("preprocessing", {}).get("input_size", 224))
+
+    @classmethod
+    def load(cls, name: str | os.PathLike, threads: int | None = None) -> OnnxModel:
+        path = bundle_dir(name)
+        missing = [f for f in ONNX_FILES if not (path / f).is_file()]
+        if missing:
+            raise ModelError(
+                f"{path}: no {', '.join(missing)}; create them with `vse model onnx {path}`"
+            )
+        try:
+            info = json.loads((path / "bundle.json").read_text())
+            return cls(path, info, threads)
+        except (OSError, KeyError, ValueError) as e:
+            raise ModelError(f"{path}: broken model bundle ({e})") from e
+
+    # -- identity ------------------------------------------------------------------
+    @property
+    def embed_dim(self) -> int:
+        return self._dim
+
+    @property
+    def fingerprint(self) -> str:
+        """The fingerprint of the weights the ONNX files were made from (``onnx.json``),
+        checked against the bundle's weights when those are readable."""
+        if self._fingerprint is None:
+            self._fingerprint = super().fingerprint
+        return self._fingerprint
+
+    def _weights_fp16(self) -> Iterator[tuple[str, np.ndarray]]:
+        from safetensors.numpy import load_file
+
+        yield from load_file(self.path / "model.safetensors").items()
+
+    # -- backend hooks -------------------------------------------------------------
+    def image_features(self, images: Sequence[ImageInput]) -> np.ndarray:
+        return self._run_image(images)[1]
+
+    def _run_image(self, images: Sequence[ImageInput]) -> tuple[np.ndarray, np.ndarray]:
+        decoded = [
+            load_image(im, self.decode_size) if isinstance(im, str | os.PathLike) else im
+            for im in images
+        ]
+        views = np.stack([crop_views_array(im, self.crops, self.size) for im in decoded])
+        emb, feats = self._image.run(None, {"views": views})
+        return emb, feats
+
+    def embed_with_features(self, images: Sequence[ImageInput]) -> tuple[np.ndarray, np.ndarray]:
+        emb, feats = self._run_image(images)
+        return unit(emb), feats
+
+    def encode_image_features(self, features: np.ndarray, normalize: bool = True) -> np.ndarray:
+        raise NotImplementedError(
+            "the ONNX image graph goes from pixels to the embedding; use encode_image"
+        )
+
+    def encode_image(self, images, batch_size: int = 16, normalize: bool = True,
+                     convert_to="numpy", show_progress: bool = False):  # fmt: skip
+        """Paths or PIL images -> ``[N, D]`` float32 (one input -> ``[D]``); the
+        embedding comes out of the image graph in the same pass as the features."""
+        from .base import _batches, _convert, _progress
+
+        single = isinstance(images, str | os.PathLike) or hasattr(images, "getbands")
+        items = [images] if single else list(images)
+        out = np.zeros((len(items), self.embed_dim), np.float32)
+        bar = _progress(len(items), "images", show_progress)
+        a = 0
+        for batch in _batches(items, batch_size):
+            emb = self._run_image(batch)[0]
+            out[a : a + len(batch)] = unit(emb) if normalize else emb
+            a += len(batch)
+            bar.update(len(batch))
+        bar.close()
+        return _convert(out[0] if single else out, convert_to)
+
+    def _encode_text_batch(self, texts: list[str]) -> np.ndarray:
+        seqs = [self.vocab.encode(tokenize(t)) or [self.vocab.unk_id] for t in texts]
+        lengths = np.asarray([len(s) for s in seqs], np.int64)
+        ids = np.zeros((len(seqs), int(lengths.max())), np.int64)
+        for k, s in enumerate(seqs):
+            ids[k, : len(s)] = s
+        return self._text.run(None, {"ids": ids, "lengths": lengths})[0]

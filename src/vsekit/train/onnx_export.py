@@ -1,0 +1,150 @@
+"""A model bundle's encoders as ONNX graphs, for :class:`vsekit.runtime.OnnxModel`.
+
+``export_onnx(model, bundle_dir)`` writes beside the bundle's files:
+
+* ``image.onnx``: ``views [N, C, 3, S, S] uint8`` (C crops per image, from
+  :func:`vsekit.views.crop_views_array`) -> ``embedding [N, D]`` and ``features [N, F]``
+  (the model's feature kind, for the tagger): the backbone with its preprocessing, the
+  pooling of every layer, the average over crops, the feature kind (baseline / FNE
+  standardise-and-ternarise) and the projection into the joint space;
+* ``text.onnx``: ``ids [B, T] int64`` (0-padded) and ``lengths [B] int64`` ->
+  ``embedding [B, D]``: the word embeddings and the recurrent encoder, whose final state
+  is read at each sequence's last token (exact for unidirectional GRU/LSTM stacks);
+* ``onnx.json``: the sha256 of both files, checked when they are loaded.
+
+Large weights are stored as float16 with a Cast to float32 (``storage="fp16"``), which
+ONNX Runtime folds once when the session starts: the files are half the size and the
+arithmetic stays float32.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..fsio import atomic_write
+from ..runtime.model import VSEModel
+
+ONNX_OPSET = 17
+
+
+class _ImageGraph(nn.Module):
+    def __init__(self, vse: VSEModel) -> None:
+        super().__init__()
+        spec = vse.info["image"]
+        self.net = vse.backbone().float().to("cpu", memory_format=torch.contiguous_format)
+        self.model = vse.model.to("cpu")
+        self.kind = spec["features"]
+        sl = self.net.layer_slices()[spec["baseline_layer"]]
+        self.start, self.stop = sl.start, sl.stop
+        self.size = self.net.input_size
+        if self.kind == "fne":
+            st = vse.fne_stats
+            safe = np.where(st.std > 0, st.std, np.inf)
+            self.register_buffer("mean", torch.tensor(st.mean, dtype=torch.float32))
+            self.register_buffer("inv_std", torch.tensor(1.0 / safe, dtype=torch.float32))
+            self.f_minus, self.f_plus = spec["fne"]["f_minus"], spec["fne"]["f_plus"]
+
+    def forward(self, views: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        n, c = views.shape[0], views.shape[1]
+        x = views.reshape(n * c, 3, self.size, self.size)
+        pooled, _ = self.net.forward_pooled(x)  # [N*C, F_all]
+        pooled = pooled.reshape(n, c, pooled.shape[1]).mean(dim=1)
+        if self.kind == "pooled":
+            feats = pooled
+        elif self.kind in ("baseline", "baseline_raw"):
+            feats = pooled[:, self.start : self.stop]
+            if self.kind == "baseline":
+                feats = nn.functional.normalize(feats, dim=1)
+        else:  # fne
+            z = (pooled - self.mean) * self.inv_std
+            feats = (z > self.f_plus).float() - (z < self.f_minus).float()
+        return self.model.encode_images(feats), feats
+
+
+class _TextGraph(nn.Module):
+    def __init__(self, vse: VSEModel) -> None:
+        super().__init__()
+        enc = getattr(vse.model, "text", None)
+        cfg = getattr(enc, "cfg", None)
+        if type(vse.model).__name__ != "JointEmbedding" or not hasattr(enc, "rnn"):
+            raise ValueError("ONNX export covers joint models with a gru or lstm text encoder")
+        if cfg.bidirectional:
+            raise ValueError("ONNX export: a bidirectional text encoder is not supported")
+        self.enc = enc.to("cpu")
+
+    def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        out, _ = self.enc.rnn(self.enc.embed(ids))  # [B, T, D]
+        last = (lengths - 1).clamp(min=0).view(-1, 1, 1).expand(-1, 1, out.shape[2])
+        return nn.functional.normalize(out.gather(1, last).squeeze(1), dim=1)
+
+
+def _fp16_storage(path: Path, min_elements: int = 4096) -> None:
+    """Store float32 initializers of at least ``min_elements`` as float16 + Cast."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    m = onnx.load(str(path))
+    g = m.graph
+    casts, keep = [], []
+    for init in g.initializer:
+        if init.data_type == TensorProto.FLOAT and np.prod(init.dims) >= min_elements:
+            arr = numpy_helper.to_array(init).astype(np.float16)
+            half = numpy_helper.from_array(arr, init.name + "__fp16")
+            keep.append(half)
+            casts.append(helper.make_node("Cast", [half.name], [init.name], to=TensorProto.FLOAT))
+        else:
+            keep.append(init)
+    del g.initializer[:]
+    g.initializer.extend(keep)
+    nodes = list(g.node)
+    del g.node[:]
+    g.node.extend(casts + nodes)
+    onnx.save(m, str(path))
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@torch.no_grad()
+def export_onnx(vse: VSEModel, out: str | Path, storage: str = "fp16") -> dict:
+    """Write ``image.onnx``, ``text.onnx`` and ``onnx.json`` into the bundle ``out``."""
+    out = Path(out)
+    vse.model.eval()
+    image, text = _ImageGraph(vse).eval(), _TextGraph(vse).eval()
+    crops, size = int(vse.info["image"]["crops"]), image.size
+    views = torch.randint(0, 255, (2, crops, 3, size, size), dtype=torch.uint8)
+    ids = torch.tensor([[3, 4, 5, 0], [6, 7, 0, 0]], dtype=torch.long)
+    lengths = torch.tensor([3, 2], dtype=torch.long)
+    files = {}
+    for name, module, args, inputs, outputs, axes in [
+        ("image", image, (views,), ["views"], ["embedding", "features"],
+         {"views": {0: "n"}, "embedding": {0: "n"}, "features": {0: "n"}}),
+        ("text", text, (ids, lengths), ["ids", "lengths"], ["embedding"],
+         {"ids": {0: "b", 1: "t"}, "lengths": {0: "b"}, "embedding": {0: "b"}}),
+    ]:  # fmt: skip
+        path = out / f"{name}.onnx"
+
+        def write(tmp: Path, module=module, args=args, inputs=inputs, outputs=outputs, axes=axes):
+            with warnings.catch_warnings():  # tracer notes; parity is tested instead
+                warnings.simplefilter("ignore")
+                torch.onnx.export(
+                    module, args, str(tmp), input_names=inputs, output_names=outputs,
+                    dynamic_axes=axes, opset_version=ONNX_OPSET, dynamo=False,
+                )  # fmt: skip
+            if storage == "fp16":
+                _fp16_storage(tmp)
+
+        atomic_write(path, write)
+        files[f"{name}.onnx"] = _sha256(path)
+    meta = {"opset": ONNX_OPSET, "storage": storage, "sha256": files,
+            "embed_dim": vse.embed_dim, "model_fingerprint": vse.fingerprint}  # fmt: skip
+    atomic_write(out / "onnx.json", json.dumps(meta, indent=2) + "\n")
+    return meta

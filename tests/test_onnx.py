@@ -1,0 +1,94 @@
+"""ONNX Runtime backend against the PyTorch reference on real Flickr8k data, and the
+NumPy crop views against torchvision's."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import vsekit
+from vsekit.runtime.model import default_model_dir
+from vsekit.views import crop_views_array, resize_size
+
+
+def _torchvision_views(img: Image.Image, n_crops: int, size: int = 224) -> np.ndarray:
+    from torchvision.transforms.v2 import functional as TF
+
+    x = TF.pil_to_tensor(img)
+    big = resize_size(size)
+    if n_crops == 10:
+        five = torch.stack(TF.five_crop(TF.resize(x, [big, big], antialias=True), [size, size]))
+        return torch.cat([five, five.flip(-1)]).numpy()
+    x = TF.center_crop(TF.resize(x, big, antialias=True), [size, size])
+    return (torch.stack([x, TF.horizontal_flip(x)]) if n_crops == 2 else x[None]).numpy()
+
+
+@pytest.mark.parametrize("wh", [(224, 224), (900, 700), (500, 333), (300, 640)])
+@pytest.mark.parametrize("n", [1, 2, 10])
+def test_numpy_views_match_torchvision(wh, n):
+    rng = np.random.default_rng(0)
+    img = Image.fromarray(rng.integers(0, 255, (wh[1], wh[0], 3), dtype=np.uint8))
+    img = img.resize((wh[0] // 4, wh[1] // 4)).resize(wh)  # some structure, not pure noise
+    ours, ref = crop_views_array(img, n), _torchvision_views(img, n)
+    assert ours.shape == ref.shape and ours.dtype == np.uint8
+    assert np.abs(ours.astype(int) - ref).max() <= 1  # PIL vs torchvision rounding
+
+
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory, flickr8k_root_module):
+    from vsekit.train.onnx_export import export_onnx
+
+    out = tmp_path_factory.mktemp("onnx") / "default"
+    shutil.copytree(default_model_dir(), out)
+    export_onnx(vsekit.VSEModel.load(out, device="cpu"), out)
+    return (
+        vsekit.load_model(out, backend="torch", device="cpu"),
+        vsekit.load_model(out, backend="onnx"),
+    )
+
+
+@pytest.fixture(scope="module")
+def flickr8k_root_module():
+    from tests.conftest import FLICKR8K
+
+    if not (FLICKR8K / "Flickr8k.token.txt").is_file():
+        pytest.skip(f"real Flickr8k not found at {FLICKR8K}")
+    return FLICKR8K
+
+
+@pytest.mark.slow
+def test_onnx_matches_torch_on_real_images_and_captions(bundles, flickr8k_root_module):
+    from vsekit.data import load_dataset
+
+    torch_m, onnx_m = bundles
+    assert (torch_m.backend, onnx_m.backend) == ("torch", "onnx")
+    assert onnx_m.fingerprint == torch_m.fingerprint  # one index serves both
+    dev = load_dataset(flickr8k_root_module).split("dev")
+    paths = [im.path for im in dev.images[:24]]
+    texts = list(dev.texts[:200]) + ["", "zzzz qqqq", "a dog"]
+    for a, b in [
+        (torch_m.encode_text(texts), onnx_m.encode_text(texts)),
+        (torch_m.encode_image(paths), onnx_m.encode_image(paths, batch_size=5)),
+    ]:
+        assert a.shape == b.shape
+        assert (a * b).sum(1).min() >= 0.9999
+    assert [t for t, _ in torch_m.tags(paths[0], 5)] == [t for t, _ in onnx_m.tags(paths[0], 5)]
+    assert torch_m.annotate(paths[1], 3)[0][0] == onnx_m.annotate(paths[1], 3)[0][0]
+
+
+def test_onnx_files_are_verified(bundles):
+    _, onnx_m = bundles
+    path = onnx_m.path
+    data = (path / "text.onnx").read_bytes()
+    try:
+        (path / "text.onnx").write_bytes(data[:-10] + b"0" * 10)
+        with pytest.raises(vsekit.ModelError, match="text.onnx: sha256 .* is not the recorded"):
+            vsekit.load_model(path, backend="onnx")
+    finally:
+        (path / "text.onnx").write_bytes(data)
+    with pytest.raises(ValueError, match="backend: use auto | onnx | torch"):
+        vsekit.load_model(path, backend="tf")

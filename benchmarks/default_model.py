@@ -4,11 +4,14 @@ weights), every dev caption through the text encoder, then the retrieval metrics
 Compares with the dev metrics its training run recorded (on the FeatureStore's float32
 features), so the packaging (float16, re-extraction) is checked too.
 
-Run: python benchmarks/default_model.py
+Run: python benchmarks/default_model.py [--backend torch|onnx] [--model BUNDLE]
+(each backend's figures are kept under its name in the JSON).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -20,13 +23,17 @@ from _common import record  # noqa: E402
 
 from vsekit.data import load_dataset  # noqa: E402
 from vsekit.eval import retrieval_metrics_from_embeddings  # noqa: E402
-from vsekit.runtime import VSEModel  # noqa: E402
+import vsekit  # noqa: E402
 
 FLICKR8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k"
 
 
 def main() -> None:
-    model = VSEModel.load("default")
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--backend", choices=("torch", "onnx"), default="torch")
+    ap.add_argument("--model", default="default")
+    args = ap.parse_args()
+    model = vsekit.load_model(args.model, backend=args.backend)
     dev = load_dataset(FLICKR8K).split("dev")
     t0 = time.perf_counter()
     paths = [im.path for im in dev.images]
@@ -36,18 +43,25 @@ def main() -> None:
     t_img = time.perf_counter() - t0
     txt = torch.from_numpy(model.encode_text(list(dev.texts)))
     m = retrieval_metrics_from_embeddings(img, txt, dev.caption_to_image)
+    path = Path(__file__).with_suffix(".json")
+    runs = json.loads(path.read_text()).get("backends", {}) if path.is_file() else {}
+    runs[args.backend if args.model == "default" else f"{args.backend}:{args.model}"] = {
+        "command": "python benchmarks/default_model.py " + " ".join(sys.argv[1:]),
+        "images": len(paths),
+        "image_seconds": round(t_img, 1),
+        "metrics": m,
+        "model_fingerprint": model.fingerprint,
+    }
     out = record(
-        Path(__file__).with_suffix(".json"),
+        path,
         {
-            "images": len(paths),
             "captions": len(dev.texts),
-            "image_seconds": round(t_img, 1),
-            "metrics": m,
             "training_run_dev_metrics": model.info.get("dev_metrics"),
-            "model_fingerprint": model.fingerprint,
+            "backends": runs,
         },
     )
-    print({k: round(v, 1) for k, v in out["metrics"].items()})
+    print(args.backend, {k: round(v, 1) for k, v in m.items()}, f"{t_img:.1f} s")
+    return out
 
 
 if __name__ == "__main__":

@@ -61,8 +61,14 @@ def _add_model(sub: argparse._SubParsersAction) -> None:
     )
     ox.add_argument("bundle", help="model bundle directory, or 'default'")
     ox.add_argument(
-        "--storage", choices=("fp16", "fp32"), default="fp16", help="weight storage (fp16)"
+        "--storage",
+        choices=("fp16", "fp32", "int8"),
+        default="fp16",
+        help="weights: fp16 (stored half, computed fp32), fp32, or int8 (static quantisation "
+        "of the image graph, calibrated on --calibrate)",
     )
+    ox.add_argument("--calibrate", help="dataset whose train split calibrates int8")
+    ox.add_argument("--calibration-images", type=positive_int, default=200)
     ox.set_defaults(handler=_model_onnx)
     i = msub.add_parser("info", help="what a model is, how it was trained and its dev metrics")
     i.add_argument("model", nargs="?", default="default")
@@ -114,7 +120,16 @@ def _model_onnx(args: argparse.Namespace) -> int:
     from ..train.onnx_export import export_onnx
 
     model = VSEModel.load(args.bundle, device="cpu")
-    meta = export_onnx(model, model.path, storage=args.storage)
+    calibration = None
+    if args.storage == "int8":
+        if not args.calibrate:
+            raise ValueError("--storage int8 needs --calibrate DATASET (its train split)")
+        from ..data import load_dataset
+
+        train = load_dataset(args.calibrate).split("train")
+        step = max(1, len(train.images) // args.calibration_images)
+        calibration = [im.path for im in train.images[::step][: args.calibration_images]]
+    meta = export_onnx(model, model.path, storage=args.storage, calibration=calibration)
     for name in meta["sha256"]:
         size = (model.path / name).stat().st_size / 1e6
         print(f"{model.path / name}: {size:.1f} MB")

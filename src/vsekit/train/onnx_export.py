@@ -109,13 +109,52 @@ def _fp16_storage(path: Path, min_elements: int = 4096) -> None:
     onnx.save(m, str(path))
 
 
+def quantize_image_int8(
+    fp32_model: Path, out: Path, calibration: list, crops: int, size: int, batch: int = 8
+) -> None:
+    """Static int8 quantisation of the image graph with ONNX Runtime's own tools: QDQ,
+    per-channel int8 weights, uint8 activations whose ranges are calibrated (MinMax) on
+    ``calibration`` images (paths; use training images, never the evaluation split)."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    from ..images import load_image
+    from ..views import crop_views_array, decode_size
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.batches = iter(range(0, len(calibration), batch))
+
+        def get_next(self):
+            a = next(self.batches, None)
+            if a is None:
+                return None
+            ims = [load_image(p, decode_size(size)) for p in calibration[a : a + batch]]
+            return {"views": np.stack([crop_views_array(im, crops, size) for im in ims])}
+
+    quantize_static(
+        str(fp32_model), str(out), Reader(), quant_format=QuantFormat.QDQ,
+        per_channel=True, weight_type=QuantType.QInt8, activation_type=QuantType.QUInt8,
+    )  # fmt: skip
+
+
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @torch.no_grad()
-def export_onnx(vse: VSEModel, out: str | Path, storage: str = "fp16") -> dict:
-    """Write ``image.onnx``, ``text.onnx`` and ``onnx.json`` into the bundle ``out``."""
+def export_onnx(
+    vse: VSEModel, out: str | Path, storage: str = "fp16", calibration: list | None = None
+) -> dict:
+    """Write ``image.onnx``, ``text.onnx`` and ``onnx.json`` into the bundle ``out``.
+    ``storage``: ``fp16`` / ``fp32`` weights, or ``int8`` (the image graph quantised
+    statically, calibrated on the ``calibration`` image paths)."""
+    if storage == "int8" and not calibration:
+        raise ValueError("int8 storage needs calibration images (training images)")
     out = Path(out)
     vse.model.eval()
     image, text = _ImageGraph(vse).eval(), _TextGraph(vse).eval()
@@ -124,27 +163,38 @@ def export_onnx(vse: VSEModel, out: str | Path, storage: str = "fp16") -> dict:
     ids = torch.tensor([[3, 4, 5, 0], [6, 7, 0, 0]], dtype=torch.long)
     lengths = torch.tensor([3, 2], dtype=torch.long)
     files = {}
-    for name, module, args, inputs, outputs, axes in [
+    graphs = [
         ("image", image, (views,), ["views"], ["embedding", "features"],
          {"views": {0: "n"}, "embedding": {0: "n"}, "features": {0: "n"}}),
         ("text", text, (ids, lengths), ["ids", "lengths"], ["embedding"],
          {"ids": {0: "b", 1: "t"}, "lengths": {0: "b"}, "embedding": {0: "b"}}),
-    ]:  # fmt: skip
+    ]  # fmt: skip
+    for spec in graphs:
+        name = spec[0]
         path = out / f"{name}.onnx"
 
-        def write(tmp: Path, module=module, args=args, inputs=inputs, outputs=outputs, axes=axes):
+        def write(tmp: Path, spec=spec) -> None:
+            name, module, args, inputs, outputs, axes = spec
             with warnings.catch_warnings():  # tracer notes; parity is tested instead
                 warnings.simplefilter("ignore")
                 torch.onnx.export(
                     module, args, str(tmp), input_names=inputs, output_names=outputs,
                     dynamic_axes=axes, opset_version=ONNX_OPSET, dynamo=False,
                 )  # fmt: skip
-            if storage == "fp16":
+            if storage == "fp16" or (storage == "int8" and name == "text"):
                 _fp16_storage(tmp)
+            elif storage == "int8":
+                fp32 = tmp.with_name(tmp.name + ".fp32.onnx")
+                tmp.rename(fp32)
+                try:
+                    quantize_image_int8(fp32, tmp, calibration, crops, size)
+                finally:
+                    fp32.unlink(missing_ok=True)
 
         atomic_write(path, write)
         files[f"{name}.onnx"] = _sha256(path)
     meta = {"opset": ONNX_OPSET, "storage": storage, "sha256": files,
-            "embed_dim": vse.embed_dim, "model_fingerprint": vse.fingerprint}  # fmt: skip
+            "embed_dim": vse.embed_dim, "model_fingerprint": vse.fingerprint,
+            "calibration_images": len(calibration or [])}  # fmt: skip
     atomic_write(out / "onnx.json", json.dumps(meta, indent=2) + "\n")
     return meta

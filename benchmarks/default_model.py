@@ -21,9 +21,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import record  # noqa: E402
 
+import vsekit  # noqa: E402
 from vsekit.data import load_dataset  # noqa: E402
 from vsekit.eval import retrieval_metrics_from_embeddings  # noqa: E402
-import vsekit  # noqa: E402
 
 FLICKR8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k"
 
@@ -45,7 +45,7 @@ def main() -> None:
     m = retrieval_metrics_from_embeddings(img, txt, dev.caption_to_image)
     path = Path(__file__).with_suffix(".json")
     runs = json.loads(path.read_text()).get("backends", {}) if path.is_file() else {}
-    runs[args.backend if args.model == "default" else f"{args.backend}:{args.model}"] = {
+    runs[args.backend if args.model == "default" else f"{args.backend}:{Path(args.model).name}"] = {
         "command": "python benchmarks/default_model.py " + " ".join(sys.argv[1:]),
         "images": len(paths),
         "image_seconds": round(t_img, 1),

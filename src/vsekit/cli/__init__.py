@@ -37,12 +37,10 @@ def _one_line(e: BaseException) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from ..data import DatasetError
-
     args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args) or 0)
-    except (DatasetError, OSError, ValueError, RuntimeError) as e:
+    except (OSError, ValueError, RuntimeError) as e:  # DatasetError is a ValueError
         print(f"vse: error: {_one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -46,8 +46,6 @@ def port_number(text: str) -> int:
     return v
 
 
-def source_names() -> list[str]:
-    """Dataset formats, for ``--format`` choices."""
-    from ..data import list_sources
-
-    return list_sources()
+# listed here, not read from the registry, so that building the parser imports nothing
+# (an unknown format is still an error that lists the registered ones)
+FORMAT_HELP = "dataset format: flickr8k | karpathy | precomp | coco | folder (default: detect)"

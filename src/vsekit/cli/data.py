@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ._base import command, source_names
+from ._base import FORMAT_HELP, command
 
 
 @command
@@ -14,7 +14,7 @@ def _add_data(sub: argparse._SubParsersAction) -> None:
     dsub = p.add_subparsers(dest="data_cmd", required=True, metavar="COMMAND")
     s = dsub.add_parser("stats", help="images, captions, caption lengths and vocabulary per split")
     s.add_argument("path", help="dataset folder or file")
-    s.add_argument("--format", choices=source_names(), help="source format (default: detect)")
+    s.add_argument("--format", help=FORMAT_HELP)
     s.add_argument("--json", action="store_true", help="print JSON")
     s.set_defaults(handler=_data_stats)
 

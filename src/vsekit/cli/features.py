@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from ._base import command, positive_int, source_names
+from ._base import FORMAT_HELP, command, positive_int
 
 
 @command
@@ -22,7 +22,7 @@ def _add_features(sub: argparse._SubParsersAction) -> None:
     src = ex.add_mutually_exclusive_group(required=True)
     src.add_argument("--root", help="dataset folder (or file) to read images from")
     src.add_argument("--images", help="a plain folder of images (all of them, split 'all')")
-    ex.add_argument("--dataset", choices=source_names(), help="dataset format (default: detect)")
+    ex.add_argument("--dataset", help=FORMAT_HELP)
     ex.add_argument("--splits", help="comma-separated splits to extract (default: all)")
     ex.add_argument("--backbone", default="resnet50")
     ex.add_argument("--weights", default="auto", help="weights file (default: installed)")

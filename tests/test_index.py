@@ -352,10 +352,14 @@ def test_default_model_finds_the_described_photos(flickr8k_root):
 
 
 def test_default_model_is_small():
+    """The bundle in git stays small; with the ONNX encoders `scripts/setup` generates
+    (shipped in the wheel, not in git) it still fits a 100 MB wheel."""
     from vsekit.runtime.model import default_model_dir
 
-    size = sum(f.stat().st_size for f in default_model_dir().iterdir())
-    assert size <= 25 * 1024 * 1024
+    files = list(default_model_dir().iterdir())
+    tracked = [f for f in files if f.suffix != ".onnx" and f.name != "onnx.json"]
+    assert sum(f.stat().st_size for f in tracked) <= 25 * 1024 * 1024
+    assert sum(f.stat().st_size for f in files) <= 90 * 1024 * 1024
 
 
 def test_cli_index_search_annotate(tmp_path, capsys):

@@ -99,7 +99,9 @@ def test_wrong_backbone_weights_are_an_error_not_results(tmp_path):
     random checkpoint there must give an error, not captions. A wrong file where the
     installed weights live must be refused by its hash, naming both."""
     img = write_image(tmp_path / "photo.png", size=64)
-    env = {**os.environ, "VSEKIT_CACHE": str(tmp_path / "cache"), "TORCH_HOME": str(tmp_path)}
+    # the torch backend: the ONNX image graph carries its own verified weights
+    env = {**os.environ, "VSEKIT_CACHE": str(tmp_path / "cache"), "TORCH_HOME": str(tmp_path),
+           "VSEKIT_BACKEND": "torch"}  # fmt: skip
     _random_resnet50_file(tmp_path / "hub" / "checkpoints" / "resnet50-0676ba61.pth")
     run = [sys.executable, "-m", "vsekit", "annotate", str(img)]
     out = subprocess.run(run, capture_output=True, text=True, env=env, check=False)
@@ -115,7 +117,7 @@ def test_wrong_backbone_weights_are_an_error_not_results(tmp_path):
 
     save_weights(wrong, create_backbone("resnet50", weights="random").net.state_dict(), {})
     out = subprocess.run(run, capture_output=True, text=True, env=env, check=False)
-    expected = vsekit.load_model().info["image"]["weights_sha256"]
+    expected = vsekit.load_model(backend="torch").info["image"]["weights_sha256"]
     assert out.returncode == 2 and out.stdout == "" and out.stderr.count("\n") == 1
     assert expected in out.stderr and "differ from the model's recorded" in out.stderr
     assert "vse weights install resnet50 --force" in out.stderr
@@ -123,7 +125,7 @@ def test_wrong_backbone_weights_are_an_error_not_results(tmp_path):
     os.environ["VSEKIT_CACHE"] = env["VSEKIT_CACHE"]
     try:
         with pytest.raises(WeightsError, match=expected):
-            vsekit.load_model().encode_image(img)
+            vsekit.load_model(backend="torch").encode_image(img)
     finally:
         del os.environ["VSEKIT_CACHE"]
 

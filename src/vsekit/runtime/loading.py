@@ -18,15 +18,17 @@ def list_models() -> list[str]:
 def load_model(
     name_or_path: str | os.PathLike = DEFAULT_MODEL,
     device: str | None = None,
-    backend: str = "auto",
+    backend: str | None = None,
 ) -> BaseModel:
     """A model by name (:func:`list_models`) or a bundle directory.
 
     ``backend``: ``onnx`` (ONNX Runtime; needs the bundle's ONNX files), ``torch``
     (PyTorch; ``device`` is a torch device, default CUDA when present) or ``auto``:
     ONNX when the bundle has its ONNX files and onnxruntime is installed, else PyTorch.
-    The model's ``backend`` attribute says which one runs.
+    ``None`` reads ``$VSEKIT_BACKEND`` (default ``auto``). The model's ``backend``
+    attribute says which one runs.
     """
+    backend = backend or os.environ.get("VSEKIT_BACKEND", "auto")
     if backend not in BACKENDS:
         raise ValueError(f"backend: use {' | '.join(BACKENDS)}, not {backend!r}")
     path = bundle_dir(name_or_path)

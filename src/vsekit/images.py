@@ -20,7 +20,14 @@ from typing import BinaryIO
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif")
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
+try:  # HEIC/HEIF photos (iPhones), with the [heic] extra
+    from pillow_heif import register_heif_opener
+
+    register_heif_opener()
+    IMAGE_SUFFIXES += (".heic", ".heif")
+except ImportError:
+    pass
 MAX_PIXELS = int(os.environ.get("VSEKIT_MAX_PIXELS", 50_000_000))  # decoded, per image
 DECODE_SLOTS = 2
 _slots = threading.BoundedSemaphore(DECODE_SLOTS)

@@ -15,18 +15,72 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
-from . import data, features, search, tags, train, weights  # noqa: F401  (register commands)
+from . import (  # noqa: F401  (register commands)
+    completion,
+    data,
+    features,
+    search,
+    tags,
+    train,
+    weights,
+)
 from ._base import COMMANDS
+
+EXAMPLES = {
+    "index": "vse index ~/Pictures                   # re-run to update; --exclude '*/raw/*'",
+    "search": 'vse search "two dogs in the snow" --k 5  # or --image photo.jpg; -f: paths only',
+    "annotate": "vse annotate photo.jpg --k 3",
+    "serve": "vse serve --port 8000                  # http://127.0.0.1:8000/",
+    "model": "vse model info default",
+    "data": "vse data stats ../shared/data/flickr8k",
+    "weights": "vse weights install resnet50 && vse weights check resnet50",
+    "features": "vse features extract --root DATA --backbone resnet50 --crops 10 --out STORE",
+    "train": "vse train configs/flickr8k-recommended.yaml --data-root ../shared/data/flickr8k",
+    "eval": "vse eval runs/flickr8k-recommended --split dev",
+    "tags": "vse tags mine --root ../shared/data/flickr8k --scheme nouns",
+    "tag": "vse tag photo.jpg --model runs/flickr8k-tags",
+    "completion": 'eval "$(vse completion bash)"',
+}
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Each option's default after its help (unless None or off); the example keeps its
+    line breaks."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        h = (action.help or "").strip()
+        shown = action.default not in (None, False, [], argparse.SUPPRESS) and action.option_strings
+        if shown and "%(default)" not in h and "default" not in h:
+            h = f"{h} (default: %(default)s)".strip()
+        return h
+
+
+def _all_parsers(parser: argparse.ArgumentParser):
+    yield parser
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for p in a.choices.values():
+                yield from _all_parsers(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="vse", description="vsekit: visual-semantic embeddings for images and sentences."
+        prog="vse",
+        description="vsekit: visual-semantic embeddings for images and sentences.",
+        epilog='start: vse index FOLDER, then vse search "what is in the photo"',
     )
     parser.add_argument("--version", action="version", version=f"vsekit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in COMMANDS:
         add(sub)
+    for name, top in sub.choices.items():
+        if name in EXAMPLES:
+            top.epilog = f"example:\n  {EXAMPLES[name]}"
+        for p in _all_parsers(top):
+            p.formatter_class = _HelpFormatter
+            for a in p._actions:  # so that options without help still show their default
+                if a.help is None and a.option_strings and a.default not in (None, False):
+                    a.help = "(default: %(default)s)"
     return parser
 
 

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from ._base import command, port_number, positive_int
@@ -162,6 +163,14 @@ def _add_index(sub: argparse._SubParsersAction) -> None:
         help="keep what a damaged index still holds and re-embed only what is missing",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="skip files whose path below the folder matches (repeatable), e.g. '*/raw/*'",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(handler=_index)
 
 
@@ -183,12 +192,17 @@ def _index(args: argparse.Namespace) -> int:
         args.folder,
         model.encode_image,
         args.batch_size,
-        not args.quiet,
+        not args.quiet and not args.json,
         reduce_to=model.decode_size,
+        exclude=args.exclude,
     )
     for path, err in rep.failed:
-        print(f"skipped {path}: {err}" if not err.startswith(path) else f"skipped {err}")
-    print(f"{index}: {rep.summary()}; {len(coll)} images indexed")
+        note = f"skipped {path}: {err}" if not err.startswith(path) else f"skipped {err}"
+        print(note, file=sys.stderr)
+    if args.json:
+        print(json.dumps({"index": str(index), "images": len(coll), **asdict(rep)}, indent=2))
+    else:
+        print(f"{index}: {rep.summary()}; {len(coll)} images indexed")
     return 0
 
 
@@ -202,22 +216,32 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", help="model (default: the one the index was built with)")
     p.add_argument("--k", type=positive_int, default=20)
     p.add_argument("--method", default="auto", choices=["auto", "exact", "faiss"])
-    p.add_argument("--json", action="store_true")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print JSON")
+    out.add_argument(
+        "--paths-only", "-f", action="store_true", help="print only the paths (for pipes)"
+    )
     p.set_defaults(handler=_search)
 
 
 def _search(args: argparse.Namespace) -> int:
-    from ..index.query import open_collection, search_image, search_text
+    from ..index.query import check_words, open_collection, search_image, search_text
 
     if (args.query is None) == (args.image is None):
         raise ValueError("give either a text query or --image FILE")
     coll, model = open_collection(args.index, args.model)
     if args.query is not None:
+        unknown = check_words(model, args.query)
+        if unknown:
+            print(f"note: the model does not know {', '.join(unknown)}", file=sys.stderr)
         hits = search_text(coll, model, args.query, args.k, args.method)
     else:
         hits = search_image(coll, model, args.image, args.k, args.method)
     if args.json:
         print(json.dumps([h.__dict__ for h in hits], indent=2))
+    elif args.paths_only:
+        for h in hits:
+            print(h.path)
     else:
         for h in hits:
             print(f"{h.score:7.4f}  {h.path}")

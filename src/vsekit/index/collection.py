@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import fnmatch
 import json
 import os
 import sqlite3
@@ -133,8 +134,16 @@ def inside(path: str, root: str) -> bool:
     return path == root or path.startswith(os.path.join(root, ""))
 
 
+def _excluded(rel: str, patterns: Sequence[str]) -> bool:
+    """``rel`` (a path below the scanned folder) or its file name matches a pattern."""
+    name = os.path.basename(rel)
+    return any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(name, g) for g in patterns)
+
+
 def scan_images(
-    root: Path, skipped: list[tuple[str, str]] | None = None
+    root: Path,
+    skipped: list[tuple[str, str]] | None = None,
+    exclude: Sequence[str] = (),
 ) -> Iterator[tuple[str, int, int]]:
     """``(absolute path, size, mtime_ns)`` of every regular image file under ``root``,
     sorted. What cannot be indexed is appended to ``skipped`` as ``(path, reason)``: file
@@ -154,6 +163,8 @@ def scan_images(
             if not name.lower().endswith(IMAGE_SUFFIXES) or name.startswith("."):
                 continue
             p = os.path.abspath(os.path.join(dirpath, name))
+            if exclude and _excluded(os.path.relpath(p, root), exclude):
+                continue
             try:
                 p.encode("utf-8")
             except UnicodeEncodeError:
@@ -436,6 +447,7 @@ class Collection:
         progress: bool = True,
         on_batch: Callable[[int], None] | None = None,
         reduce_to: int | None = None,
+        exclude: Sequence[str] = (),
     ) -> UpdateReport:
         """Bring the index in line with the image files under ``root``.
 
@@ -447,9 +459,11 @@ class Collection:
         if not root.is_dir():
             raise CollectionError(f"{root}: not a folder")
         with self._writer():
-            return self._update(root, embed, batch_size, progress, on_batch, reduce_to)
+            return self._update(root, embed, batch_size, progress, on_batch, reduce_to, exclude)
 
-    def _update(self, root, embed, batch_size, progress, on_batch, reduce_to) -> UpdateReport:
+    def _update(
+        self, root, embed, batch_size, progress, on_batch, reduce_to, exclude
+    ) -> UpdateReport:
         t0 = time.perf_counter()
         rep = UpdateReport()
         self._add_root(root)
@@ -462,7 +476,7 @@ class Collection:
             p: (s, m) for p, s, m in self.db.execute("SELECT path, size, mtime_ns FROM failed")
         }
         seen, todo, skipped = set(), [], []
-        for p, size, mtime in scan_images(root, skipped):
+        for p, size, mtime in scan_images(root, skipped, exclude):
             rep.scanned += 1
             seen.add(p)
             k = known.get(p)

@@ -24,6 +24,15 @@ def check_query(text: str) -> str:
     return q
 
 
+def check_words(model: BaseModel, text: str) -> list[str]:
+    """The query's words the model does not know (it reads them as ``<unk>``);
+    ValueError if it knows none of them, since the ranking would then mean nothing."""
+    known, unknown = model.unknown_words(text)
+    if unknown and not known:
+        raise ValueError(f"query: the model knows none of its words ({', '.join(unknown)})")
+    return unknown
+
+
 def check_k(k: int) -> int:
     if not 1 <= k <= MAX_K:
         raise ValueError(f"k: must be between 1 and {MAX_K}, got {k}")
@@ -39,7 +48,9 @@ def _score_fn(model: BaseModel):
 def search_text(
     coll: Collection, model: BaseModel, text: str, k: int = 20, method: str = "auto"
 ) -> list[Hit]:
-    return search_text_embedding(coll, model, model.encode_text([check_query(text)]), k, method)
+    q = check_query(text)
+    check_words(model, q)
+    return search_text_embedding(coll, model, model.encode_text([q]), k, method)
 
 
 def search_text_embedding(

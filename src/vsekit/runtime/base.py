@@ -167,6 +167,22 @@ class BaseModel:
         """Short side to decode photos at (reduced-size JPEG decoding above it)."""
         return decode_size(int(self.info["image"].get("preprocessing", {}).get("input_size", 224)))
 
+    @property
+    def text_vocabulary(self):
+        """The :class:`~vsekit.data.Vocabulary` of a word-level text encoder, else None."""
+        return None
+
+    def unknown_words(self, text: str) -> tuple[list[str], list[str]]:
+        """``(known, unknown)`` words of ``text`` for a word-level model (both empty for
+        models that read every string, such as letter trigrams)."""
+        vocab = self.text_vocabulary
+        if vocab is None:
+            return [], []
+        from ..data.tokenizer import tokenize
+
+        words = [w for w in tokenize(text) if any(c.isalnum() for c in w)]
+        return [w for w in words if w in vocab], [w for w in words if w not in vocab]
+
     # -- backend hooks -------------------------------------------------------------
     def image_features(self, images: Sequence[ImageInput]) -> np.ndarray:
         """PIL images or paths -> ``[N, F]`` features of the model's kind (one batch)."""

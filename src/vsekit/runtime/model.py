@@ -142,6 +142,11 @@ class VSEModel(BaseModel):
     def similarity_name(self) -> str:
         return self.model.cfg.similarity
 
+    @property
+    def text_vocabulary(self):
+        text = getattr(self.model, "text", None)
+        return getattr(text, "vocab", None) if hasattr(text, "rnn") else None
+
     def _weights_fp16(self) -> Iterator[tuple[str, np.ndarray]]:
         for k, v in self.model.state_dict().items():
             yield k, v.detach().to(torch.float16).cpu().numpy()

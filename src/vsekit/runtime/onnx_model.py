@@ -98,6 +98,10 @@ class OnnxModel(BaseModel):
             self._fingerprint = super().fingerprint
         return self._fingerprint
 
+    @property
+    def text_vocabulary(self):
+        return self.vocab
+
     def _weights_fp16(self) -> Iterator[tuple[str, np.ndarray]]:
         from safetensors.numpy import load_file
 

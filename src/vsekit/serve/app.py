@@ -43,6 +43,7 @@ from ..index.query import (
     MAX_K,
     MAX_QUERY_CHARS,
     check_query,
+    check_words,
     search_text_embedding,
     search_vector,
 )
@@ -172,6 +173,7 @@ def create_app(
     ) -> dict:
         try:
             q = check_query(q)
+            check_words(model, q)
         except ValueError as e:
             raise ApiError(400, str(e)) from e
         emb = model.encode_text([q])  # the model is read-only: encode outside the lock

@@ -1,29 +1,26 @@
-"""Indexing throughput of `vse index` on this CPU, against the bare embedding loop.
+"""Indexing throughput of `vse index` on this CPU, end to end, per backend.
 
 On the first N images of a folder (default: 256 of ../shared/data/flickr8k/images,
-linked into a temporary folder), with the shipped default model (ResNet-50, 2 crops):
+linked into a temporary folder), with the shipped default model (ResNet-50, 2 crops),
+``Collection.update`` on a fresh index (scan, decode, crops, backbone, projection,
+fsync'ed appends, SQLite commits) for: the PyTorch backend (the path every index took
+before), ONNX Runtime (the default), and optionally an int8 bundle. Then a re-index of
+the unchanged folder (images that went through the model: must be 0), and the physical
+bound: the backbone's operations per image against this CPU's fp32 and int8 peaks.
 
-* baseline: ``VSEModel.encode_image`` on the same files in batches of 16, nothing
-  else (decode + CNN + projection);
-* vsekit: ``Collection.update`` on a fresh index (scan, decode, embed, fsync'ed appends,
-  SQLite commits, progress);
-* re-index of the unchanged folder: seconds, and images that went through the model
-  (must be 0).
+Backends run in ``--rounds`` alternating rounds (default 3); medians are compared.
 
-The two are timed in ``--rounds`` alternating rounds (default 3) and the medians
-compared, since one round of each varies by several per cent on a shared CPU.
-
-Run: python benchmarks/index_speed.py [--images DIR] [--n 256] [--threads 2] [--rounds 3]
+Run: python benchmarks/index_speed.py [--int8 BUNDLE] [--n 256] [--rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -31,12 +28,36 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import record  # noqa: E402
 
+import vsekit  # noqa: E402
 from vsekit.index import Collection, model_info, scan_images  # noqa: E402
 from vsekit.index.collection import UpdateReport  # noqa: E402
-from vsekit.runtime import VSEModel  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGES = ROOT.parent / "shared" / "data" / "flickr8k" / "images"
+
+
+RESNET50_GMAC_PER_VIEW = 4.09  # multiply-accumulates of one 224x224 ResNet-50 forward
+
+
+def physical_bound(crops: int) -> dict:
+    """Images/s this CPU could reach if ResNet-50 ran at the cores' peak: Zen 4 executes
+    AVX-512 on two 256-bit pipes, 16 fp32 FMAs (32 FLOP) per cycle per core; VNNI int8
+    (vpdpbusd) does four times as many operations per cycle."""
+    mhz = 0.0
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("cpu MHz"):
+            mhz = max(mhz, float(line.split(":")[1]))
+    cores = os.cpu_count() or 1
+    flop_per_image = 2 * RESNET50_GMAC_PER_VIEW * 1e9 * crops
+    fp32_peak = cores * mhz * 1e6 * 32
+    return {
+        "gflop_per_image": round(flop_per_image / 1e9, 1),
+        "cpu_mhz": mhz,
+        "fp32_peak_gflops": round(fp32_peak / 1e9),
+        "int8_peak_gops": round(4 * fp32_peak / 1e9),
+        "fp32_bound_images_per_s": round(fp32_peak / flop_per_image, 1),
+        "int8_bound_images_per_s": round(4 * fp32_peak / flop_per_image, 1),
+    }
 
 
 def main() -> None:
@@ -46,53 +67,63 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument(
+        "--int8", help="a bundle made with `vse model onnx --storage int8` to compare too"
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     files = [Path(p) for p, _, _ in scan_images(args.images)][: args.n]
-    model = VSEModel.load("default")
-    model.encode_image(files[:2])  # warm-up: weights loaded, kernels chosen
+    models = {
+        "torch (the path before)": vsekit.load_model("default", backend="torch"),
+        "onnx (default)": vsekit.load_model("default", backend="onnx"),
+    }
+    if args.int8:
+        models["onnx int8"] = vsekit.load_model(args.int8, backend="onnx")
+    for m in models.values():
+        m.encode_image(files[:2])  # warm-up: weights loaded, kernels chosen
 
-    def time_bare() -> float:
-        t = time.perf_counter()
-        for a in range(0, len(files), args.batch_size):
-            model.encode_image(files[a : a + args.batch_size])
-        return time.perf_counter() - t
-
-    def time_index() -> tuple[float, UpdateReport]:
+    def time_index(model) -> tuple[float, UpdateReport]:
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp) / "photos"
             folder.mkdir()
             for f in files:
                 (folder / f.name).symlink_to(f)
             coll = Collection(Path(tmp) / "index", model_info(model, "default"))
-            first = coll.update(folder, model.encode_image, args.batch_size, progress=False)
-            again = coll.update(folder, model.encode_image, args.batch_size, progress=False)
+            kw = {"progress": False, "reduce_to": model.decode_size}
+            first = coll.update(folder, model.encode_image, args.batch_size, **kw)
+            again = coll.update(folder, model.encode_image, args.batch_size, **kw)
         return first.seconds, again
 
-    bares, indexes = [], []
-    for _ in range(args.rounds):
-        bares.append(time_bare())
-        secs, again = time_index()
-        indexes.append(secs)
-    bare, index_s = statistics.median(bares), statistics.median(indexes)
-    row = {
+    secs: dict[str, list[float]] = {k: [] for k in models}
+    again = None
+    for _ in range(args.rounds):  # alternating, so every backend sees the same machine
+        for name, m in models.items():
+            s, again = time_index(m)
+            secs[name].append(s)
+    base = statistics.median(secs["torch (the path before)"])
+    rows = {
+        name: {
+            "index_s_each": [round(x, 2) for x in xs],
+            "index_s": round(statistics.median(xs), 2),
+            "images_per_s": round(len(files) / statistics.median(xs), 2),
+            "speedup_vs_torch": round(base / statistics.median(xs), 2),
+        }
+        for name, xs in secs.items()
+    }
+    crops = int(models["onnx (default)"].info["image"]["crops"])
+    result = {
         "images": len(files),
         "rounds": args.rounds,
-        "bare_embed_s_each": [round(x, 2) for x in bares],
-        "index_s_each": [round(x, 2) for x in indexes],
-        "bare_embed_s": round(bare, 2),
-        "bare_images_per_s": round(len(files) / bare, 2),
-        "index_s": round(index_s, 2),
-        "index_images_per_s": round(len(files) / index_s, 2),
-        "index_overhead_pct": round(100 * (index_s / bare - 1), 1),
+        "backends": rows,
         "reindex_unchanged_s": round(again.seconds, 3),
         "reindex_images_embedded": again.embedded,
-        "reindex_speedup": round(index_s / max(again.seconds, 1e-6)),
+        "physical_bound": physical_bound(crops),
     }
-    print(row)
-    setup = {"model": "default (resnet50, 2 crops)", "folder": str(args.images.name),
-             "threads": args.threads, "batch_size": args.batch_size}  # fmt: skip
-    record(Path(__file__).with_suffix(".json"), {"setup": setup, "result": row})
+    print(json.dumps(result, indent=1))
+    setup = {"model": f"default (resnet50, {crops} crops)", "folder": str(args.images.name),
+             "threads": args.threads, "batch_size": args.batch_size,
+             "command": "python benchmarks/index_speed.py " + " ".join(sys.argv[1:])}  # fmt: skip
+    record(Path(__file__).with_suffix(".json"), {"setup": setup, "result": result})
 
 
 if __name__ == "__main__":

@@ -1,0 +1,143 @@
+"""Start time, memory and install size of the command a user runs, against the path it
+replaces, in one run (alternating, so both see the same machine).
+
+* ``vse --version``: this checkout against the commit before this work (``--old-rev``,
+  run from a git worktree with the same interpreter);
+* ``vse search "text"`` over an index, from process start to printed results: the ONNX
+  Runtime backend (the default) against the PyTorch one (``VSEKIT_BACKEND=torch``, the
+  path every search took before);
+* ``vse serve`` resident memory after 5 searches, for both backends;
+* the size of a fresh venv with the built wheel (no PyTorch), and whether PyTorch came.
+
+Repeated runs; minimum and median. Run:
+    python benchmarks/startup.py --index ~/.cache/vsekit/index-flickr8k [--runs 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import record  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+QUERY = "two dogs playing in the snow"
+
+
+def timed(cmd: list[str], env: dict | None = None, cwd: Path | None = None) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env, cwd=cwd)
+    return time.perf_counter() - t0
+
+
+def summary(xs: list[float]) -> dict:
+    return {"min_s": round(min(xs), 3), "median_s": round(statistics.median(xs), 3),
+            "runs": [round(x, 3) for x in xs]}  # fmt: skip
+
+
+def serve_rss_mb(index: str, backend: str) -> float:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "VSEKIT_BACKEND": backend}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vsekit", "serve", "--index", index, "--port", str(port)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        for _ in range(600):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read()
+                break
+            except OSError:
+                time.sleep(0.1)
+        for q in ["a dog", "a man on a bike", QUERY, "children playing", "a red car"]:
+            url = f"http://127.0.0.1:{port}/search?q={q.replace(' ', '+')}&k=20"
+            urllib.request.urlopen(url, timeout=60).read()
+        status = Path(f"/proc/{proc.pid}/status").read_text()
+        kb = int(next(ln for ln in status.splitlines() if ln.startswith("VmRSS")).split()[1])
+        return round(kb / 1024, 1)
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def install_size() -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        build = [sys.executable, "-m", "build", "--wheel", "--outdir", tmp, str(REPO)]
+        subprocess.run(build, check=True, **quiet)
+        wheel = next(Path(tmp).glob("vsekit-*.whl"))
+        venv = Path(tmp) / "venv"
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin/pip"), "install", "-q", str(wheel)], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        torch = subprocess.run([str(venv / "bin/python"), "-c", "import torch"],
+                               capture_output=True).returncode == 0  # fmt: skip
+        du = subprocess.run(["du", "-sm", str(venv)], capture_output=True, text=True, check=True)
+        return {"wheel_mb": round(wheel.stat().st_size / 2**20, 1),
+                "venv_mb": int(du.stdout.split()[0]), "torch_installed": torch}  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--index", required=True)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--old-rev", default="8f4755e")
+    ap.add_argument("--no-install", action="store_true", help="skip the install-size check")
+    args = ap.parse_args()
+    index = str(Path(args.index).expanduser())
+    old = Path(tempfile.mkdtemp()) / "old"
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "-q", "--detach", str(old),
+                    args.old_rev], check=True)  # fmt: skip
+    try:
+        old_env = {**os.environ, "PYTHONPATH": str(old / "src")}
+        version = {"new": [], "old": []}
+        search = {"onnx": [], "torch": []}
+        for _ in range(args.runs):
+            version["new"].append(timed([sys.executable, "-m", "vsekit", "--version"]))
+            version["old"].append(
+                timed([sys.executable, "-m", "vsekit", "--version"], old_env, cwd=old)
+            )
+            for backend in ("onnx", "torch"):
+                env = {**os.environ, "VSEKIT_BACKEND": backend}
+                cmd = [sys.executable, "-m", "vsekit", "search", QUERY, "--index", index]
+                search[backend].append(timed(cmd, env))
+        rss = {b: serve_rss_mb(index, b) for b in ("onnx", "torch")}
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(old)])
+        shutil.rmtree(old.parent, ignore_errors=True)
+    n_images = json.loads(
+        subprocess.run([sys.executable, "-c", (
+            "import json, sys; from vsekit.index import Collection; "
+            f"print(json.dumps(len(Collection({index!r}))))")],
+            capture_output=True, text=True, check=True).stdout)  # fmt: skip
+    out = record(
+        Path(__file__).with_suffix(".json"),
+        {
+            "command": "python benchmarks/startup.py " + " ".join(sys.argv[1:]),
+            "index_images": n_images,
+            "version": {k: summary(v) for k, v in version.items()},
+            "old_rev": args.old_rev,
+            "search": {k: summary(v) for k, v in search.items()},
+            "serve_rss_mb_after_5_queries": rss,
+            "install": None if args.no_install else install_size(),
+        },
+    )
+    print(json.dumps({k: out[k] for k in ("version", "search", "serve_rss_mb_after_5_queries",
+                                          "install")}, indent=1))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

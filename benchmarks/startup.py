@@ -1,13 +1,14 @@
 """Start time, memory and install size of the command a user runs, against the path it
 replaces, in one run (alternating, so both see the same machine).
 
-* ``vse --version``: this checkout against the commit before this work (``--old-rev``,
-  run from a git worktree with the same interpreter);
-* ``vse search "text"`` over an index, from process start to printed results: the ONNX
-  Runtime backend (the default) against the PyTorch one (``VSEKIT_BACKEND=torch``, the
-  path every search took before);
-* ``vse serve`` resident memory after 5 searches, for both backends;
-* the size of a fresh venv with the built wheel (no PyTorch), and whether PyTorch came.
+* the size of a fresh venv with the built wheel (no PyTorch), and whether PyTorch came;
+  the commands below run from that venv, as a user who ran ``pip install`` would;
+* ``vse --version``: the wheel's against the commit before this work (``--old-rev``, run
+  from a git worktree with the development venv, which has PyTorch);
+* ``vse search "text"`` over an index, from process start to printed results: the
+  wheel's (ONNX Runtime) against the PyTorch backend in the development venv
+  (``VSEKIT_BACKEND=torch``, the path every search took before);
+* ``vse serve`` resident memory after 5 searches, for both.
 
 Repeated runs; minimum and median. Run:
     python benchmarks/startup.py --index ~/.cache/vsekit/index-flickr8k [--runs 5]
@@ -46,13 +47,13 @@ def summary(xs: list[float]) -> dict:
             "runs": [round(x, 3) for x in xs]}  # fmt: skip
 
 
-def serve_rss_mb(index: str, backend: str) -> float:
+def serve_rss_mb(index: str, python: str, backend: str) -> float:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "VSEKIT_BACKEND": backend}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "vsekit", "serve", "--index", index, "--port", str(port)],
+        [python, "-m", "vsekit", "serve", "--index", index, "--port", str(port)],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
@@ -73,21 +74,21 @@ def serve_rss_mb(index: str, backend: str) -> float:
         proc.wait()
 
 
-def install_size() -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-        build = [sys.executable, "-m", "build", "--wheel", "--outdir", tmp, str(REPO)]
-        subprocess.run(build, check=True, **quiet)
-        wheel = next(Path(tmp).glob("vsekit-*.whl"))
-        venv = Path(tmp) / "venv"
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(venv / "bin/pip"), "install", "-q", str(wheel)], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-        torch = subprocess.run([str(venv / "bin/python"), "-c", "import torch"],
-                               capture_output=True).returncode == 0  # fmt: skip
-        du = subprocess.run(["du", "-sm", str(venv)], capture_output=True, text=True, check=True)
-        return {"wheel_mb": round(wheel.stat().st_size / 2**20, 1),
-                "venv_mb": int(du.stdout.split()[0]), "torch_installed": torch}  # fmt: skip
+def install(tmp: str) -> tuple[dict, Path]:
+    """Build the wheel and install it in a fresh venv under ``tmp``."""
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    build = [sys.executable, "-m", "build", "--wheel", "--outdir", tmp, str(REPO)]
+    subprocess.run(build, check=True, **quiet)
+    wheel = next(Path(tmp).glob("vsekit-*.whl"))
+    venv = Path(tmp) / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(venv / "bin/pip"), "install", "-q", str(wheel)], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    torch = subprocess.run([str(venv / "bin/python"), "-c", "import torch"],
+                           capture_output=True).returncode == 0  # fmt: skip
+    du = subprocess.run(["du", "-sm", str(venv)], capture_output=True, text=True, check=True)
+    return {"wheel_mb": round(wheel.stat().st_size / 2**20, 1),
+            "venv_mb": int(du.stdout.split()[0]), "torch_installed": torch}, venv  # fmt: skip
 
 
 def main() -> None:
@@ -95,9 +96,11 @@ def main() -> None:
     ap.add_argument("--index", required=True)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--old-rev", default="8f4755e")
-    ap.add_argument("--no-install", action="store_true", help="skip the install-size check")
     args = ap.parse_args()
     index = str(Path(args.index).expanduser())
+    tmp = tempfile.mkdtemp()
+    installed, venv = install(tmp)
+    user = str(venv / "bin" / "python")
     old = Path(tempfile.mkdtemp()) / "old"
     subprocess.run(["git", "-C", str(REPO), "worktree", "add", "-q", "--detach", str(old),
                     args.old_rev], check=True)  # fmt: skip
@@ -106,16 +109,18 @@ def main() -> None:
         version = {"new": [], "old": []}
         search = {"onnx": [], "torch": []}
         for _ in range(args.runs):
-            version["new"].append(timed([sys.executable, "-m", "vsekit", "--version"]))
+            version["new"].append(timed([user, "-m", "vsekit", "--version"]))
             version["old"].append(
                 timed([sys.executable, "-m", "vsekit", "--version"], old_env, cwd=old)
             )
-            for backend in ("onnx", "torch"):
+            for backend, python in (("onnx", user), ("torch", sys.executable)):
                 env = {**os.environ, "VSEKIT_BACKEND": backend}
-                cmd = [sys.executable, "-m", "vsekit", "search", QUERY, "--index", index]
+                cmd = [python, "-m", "vsekit", "search", QUERY, "--index", index]
                 search[backend].append(timed(cmd, env))
-        rss = {b: serve_rss_mb(index, b) for b in ("onnx", "torch")}
+        rss = {"onnx": serve_rss_mb(index, user, "onnx"),
+               "torch": serve_rss_mb(index, sys.executable, "torch")}  # fmt: skip
     finally:
+        shutil.rmtree(tmp, ignore_errors=True)
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(old)])
         shutil.rmtree(old.parent, ignore_errors=True)
     n_images = json.loads(
@@ -132,7 +137,7 @@ def main() -> None:
             "old_rev": args.old_rev,
             "search": {k: summary(v) for k, v in search.items()},
             "serve_rss_mb_after_5_queries": rss,
-            "install": None if args.no_install else install_size(),
+            "install": installed,
         },
     )
     print(json.dumps({k: out[k] for k in ("version", "search", "serve_rss_mb_after_5_queries",

@@ -65,8 +65,9 @@ class OnnxModel(BaseModel):
                 )
         self._fingerprint = meta.get("model_fingerprint")
         self.vocab = Vocabulary.load(path / "vocab.json")
-        self._image = _session(path / "image.onnx", threads)
-        self._text = _session(path / "text.onnx", threads)
+        self._threads = threads
+        self._sessions: dict[str, object] = {}  # created on first use: a text search
+        # never pays for the image graph (49 MB of weights to fold into float32)
         self._dim = int(meta["embed_dim"])
         self.crops = int(info["image"]["crops"])
         self.size = int(info["image"].get("preprocessing", {}).get("input_size", 224))
@@ -84,6 +85,11 @@ class OnnxModel(BaseModel):
             return cls(path, info, threads)
         except (OSError, KeyError, ValueError) as e:
             raise ModelError(f"{path}: broken model bundle ({e})") from e
+
+    def _session(self, name: str):
+        if name not in self._sessions:
+            self._sessions[name] = _session(self.path / f"{name}.onnx", self._threads)
+        return self._sessions[name]
 
     # -- identity ------------------------------------------------------------------
     @property
@@ -117,7 +123,7 @@ class OnnxModel(BaseModel):
             for im in images
         ]
         views = np.stack([crop_views_array(im, self.crops, self.size) for im in decoded])
-        emb, feats = self._image.run(None, {"views": views})
+        emb, feats = self._session("image").run(None, {"views": views})
         return emb, feats
 
     def embed_with_features(self, images: Sequence[ImageInput]) -> tuple[np.ndarray, np.ndarray]:
@@ -154,4 +160,4 @@ class OnnxModel(BaseModel):
         ids = np.zeros((len(seqs), int(lengths.max())), np.int64)
         for k, s in enumerate(seqs):
             ids[k, : len(s)] = s
-        return self._text.run(None, {"ids": ids, "lengths": lengths})[0]
+        return self._session("text").run(None, {"ids": ids, "lengths": lengths})[0]

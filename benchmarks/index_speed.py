@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -41,8 +42,9 @@ RESNET50_GMAC_PER_VIEW = 4.09  # multiply-accumulates of one 224x224 ResNet-50 f
 
 def physical_bound(crops: int) -> dict:
     """Images/s this CPU could reach if ResNet-50 ran at the cores' peak: Zen 4 executes
-    AVX-512 on two 256-bit pipes, 16 fp32 FMAs (32 FLOP) per cycle per core; VNNI int8
-    (vpdpbusd) does four times as many operations per cycle."""
+    AVX-512 on two 256-bit FMA pipes, 16 fp32 FMAs (32 FLOP) per cycle per core; VNNI
+    int8 (vpdpbusd) does four times as many operations per cycle. The clock is the one
+    /proc/cpuinfo reports; in a VM that is the nominal clock, and boost runs above it."""
     mhz = 0.0
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("cpu MHz"):
@@ -86,8 +88,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp) / "photos"
             folder.mkdir()
-            for f in files:
-                (folder / f.name).symlink_to(f)
+            for f in files:  # copies: links to files outside the folder are not indexed
+                shutil.copy2(f, folder / f.name)
             coll = Collection(Path(tmp) / "index", model_info(model, "default"))
             kw = {"progress": False, "reduce_to": model.decode_size}
             first = coll.update(folder, model.encode_image, args.batch_size, **kw)

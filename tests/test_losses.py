@@ -68,3 +68,27 @@ def test_loss_gradients_and_registry():
     assert img.grad is not None and torch.isfinite(img.grad).all()
     with pytest.raises(ValueError, match="unknown loss"):
         create_loss("nope")
+
+
+@pytest.mark.parametrize("max_violation", [False, True])
+def test_same_image_pairs_are_never_negatives(max_violation):
+    """Vectorised masking against a naive per-pair loop: rows that share an image are
+    neither each other's caption negatives nor image negatives."""
+    torch.manual_seed(0)
+    b = 9
+    img = torch.nn.functional.normalize(torch.randn(b, 5), dim=1)
+    txt = torch.nn.functional.normalize(torch.randn(b, 5), dim=1)
+    ids = torch.tensor([0, 1, 0, 2, 3, 1, 4, 0, 5])
+    margin = 0.2
+    s = img @ txt.T
+    total = torch.tensor(0.0)
+    for i in range(b):
+        c_terms = [max(0.0, margin - s[i, i] + s[i, k]) for k in range(b) if ids[k] != ids[i]]
+        i_terms = [max(0.0, margin - s[i, i] + s[k, i]) for k in range(b) if ids[k] != ids[i]]
+        for terms in (c_terms, i_terms):
+            total = total + (max(terms, default=0.0) if max_violation else sum(terms))
+    loss = create_loss("max_hinge" if max_violation else "sum_hinge", margin=margin)
+    got = loss(img, txt, image_ids=ids)
+    torch.testing.assert_close(got, torch.as_tensor(total, dtype=got.dtype), rtol=1e-5, atol=1e-6)
+    # without ids, the duplicates count as negatives: the loss is larger
+    assert float(loss(img, txt)) > float(got)

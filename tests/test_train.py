@@ -124,6 +124,44 @@ def test_curriculum_switches_from_sum_to_max(tmp_path):
     assert any("switch" in e["event"] for e in res["events"])
 
 
+def test_curriculum_max_phase_starts_from_the_best_sum_checkpoint(tmp_path):
+    """Journal 3.5: at the switch, the best L_S weights are reloaded and the optimiser
+    starts afresh; the first L_M epoch trains from exactly those weights."""
+    from vsekit.train import checkpoint as ckpt
+
+    cfg = small_cfg(epochs=4, curriculum="sum_then_max", curriculum_patience=1, lr=3e-3)
+    data = make_data()
+    scripted = iter([10.0, 20.0, 15.0, 30.0])  # dev rsum per epoch: epoch 2 is worse
+    real_eval = data.evaluate
+
+    def evaluate(model, batch):
+        return {**real_eval(model, batch), "rsum": next(scripted)}
+
+    data.evaluate = evaluate
+    seen, ends = {}, {}
+    trainer = Trainer(cfg, data, tmp_path / "r", progress=False)
+    real = trainer._train_epoch
+
+    def spy(model, opt, loss_fn, batches, epoch):
+        seen[epoch] = ({k: v.clone() for k, v in model.state_dict().items()}, opt.state_dict())
+        out = real(model, opt, loss_fn, batches, epoch)
+        ends[epoch] = {k: v.clone() for k, v in model.state_dict().items()}
+        return out
+
+    trainer._train_epoch = spy
+    res = trainer.fit()
+    switch = next(e for e in res["events"] if e["event"] == "switch to max_hinge")
+    assert switch["epoch"] == 2 and switch["optimizer"] == "fresh"
+    best = ends[switch["from_best_epoch"]]  # the best L_S epoch's trained weights
+    assert switch["from_best_epoch"] == 1  # not the last L_S epoch: the reload matters
+    assert not torch.equal(seen[3][0]["img_proj.weight"], ends[2]["img_proj.weight"])
+    weights, opt_state = seen[3]  # the first L_M epoch
+    for k, v in weights.items():
+        torch.testing.assert_close(v, best[k], rtol=0, atol=0)
+    assert opt_state["state"] == {}  # no Adam moments carried over
+    assert ckpt.load_pointer(tmp_path / "r", "last").name == "e0003"
+
+
 def test_epoch_pairs_one_caption_per_image():
     c2i = np.array([0, 0, 1, 2, 2, 2])
     rng = np.random.default_rng(0)

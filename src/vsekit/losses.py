@@ -64,13 +64,24 @@ class ContrastiveHinge(nn.Module):
         self.margin, self.max_violation = margin, max_violation
         self.sim = create_similarity(similarity, **({"abs": abs} if similarity == "order" else {}))
 
-    def forward(self, img_emb: torch.Tensor, txt_emb: torch.Tensor) -> torch.Tensor:
+    masks_same_image = True  # the trainer passes each row's image id
+
+    def forward(
+        self, img_emb: torch.Tensor, txt_emb: torch.Tensor, image_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``image_ids`` ``[B]``: rows that share an image are never each other's
+        negatives (with every caption in an epoch, a batch often holds two captions of
+        one image, and the max-of-hinges would pick that false negative first)."""
         scores = self.sim(img_emb, txt_emb)  # (B, B): [image, caption]
         pos = scores.diagonal()
         cost_txt = (self.margin + scores - pos.unsqueeze(1)).clamp(min=0)  # negatives c_k of i
         cost_img = (self.margin + scores - pos.unsqueeze(0)).clamp(min=0)  # negatives i_k of c
-        eye = torch.eye(scores.shape[0], dtype=torch.bool, device=scores.device)
-        cost_txt, cost_img = cost_txt.masked_fill(eye, 0), cost_img.masked_fill(eye, 0)
+        if image_ids is None:
+            same = torch.eye(scores.shape[0], dtype=torch.bool, device=scores.device)
+        else:
+            ids = image_ids.to(scores.device)
+            same = ids.unsqueeze(1) == ids.unsqueeze(0)  # (B, B), the diagonal included
+        cost_txt, cost_img = cost_txt.masked_fill(same, 0), cost_img.masked_fill(same, 0)
         if self.max_violation:
             return cost_txt.amax(dim=1).sum() + cost_img.amax(dim=0).sum()
         return cost_txt.sum() + cost_img.sum()

@@ -70,6 +70,9 @@ def _add_model(sub: argparse._SubParsersAction) -> None:
     )
     ox.add_argument("--calibrate", help="dataset whose train split calibrates int8")
     ox.add_argument("--calibration-images", type=positive_int, default=200)
+    ox.add_argument(
+        "--calibration-method", choices=("minmax", "percentile", "entropy"), default="minmax"
+    )
     ox.set_defaults(handler=_model_onnx)
     i = msub.add_parser("info", help="what a model is, how it was trained and its dev metrics")
     i.add_argument("model", nargs="?", default="default")
@@ -130,7 +133,13 @@ def _model_onnx(args: argparse.Namespace) -> int:
         train = load_dataset(args.calibrate).split("train")
         step = max(1, len(train.images) // args.calibration_images)
         calibration = [im.path for im in train.images[::step][: args.calibration_images]]
-    meta = export_onnx(model, model.path, storage=args.storage, calibration=calibration)
+    meta = export_onnx(
+        model,
+        model.path,
+        storage=args.storage,
+        calibration=calibration,
+        calibration_method=args.calibration_method,
+    )
     for name in meta["sha256"]:
         size = (model.path / name).stat().st_size / 1e6
         print(f"{model.path / name}: {size:.1f} MB")

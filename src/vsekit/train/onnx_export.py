@@ -110,13 +110,20 @@ def _fp16_storage(path: Path, min_elements: int = 4096) -> None:
 
 
 def quantize_image_int8(
-    fp32_model: Path, out: Path, calibration: list, crops: int, size: int, batch: int = 8
+    fp32_model: Path,
+    out: Path,
+    calibration: list,
+    crops: int,
+    size: int,
+    batch: int = 8,
+    method: str = "minmax",
 ) -> None:
     """Static int8 quantisation of the image graph with ONNX Runtime's own tools: QDQ,
     per-channel int8 weights, uint8 activations whose ranges are calibrated (MinMax) on
     ``calibration`` images (paths; use training images, never the evaluation split)."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
+        CalibrationMethod,
         QuantFormat,
         QuantType,
         quantize_static,
@@ -136,9 +143,12 @@ def quantize_image_int8(
             ims = [load_image(p, decode_size(size)) for p in calibration[a : a + batch]]
             return {"views": np.stack([crop_views_array(im, crops, size) for im in ims])}
 
+    methods = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
+               "entropy": CalibrationMethod.Entropy}  # fmt: skip
     quantize_static(
         str(fp32_model), str(out), Reader(), quant_format=QuantFormat.QDQ,
         per_channel=True, weight_type=QuantType.QInt8, activation_type=QuantType.QUInt8,
+        calibrate_method=methods[method],
     )  # fmt: skip
 
 
@@ -148,7 +158,11 @@ def _sha256(path: Path) -> str:
 
 @torch.no_grad()
 def export_onnx(
-    vse: VSEModel, out: str | Path, storage: str = "fp16", calibration: list | None = None
+    vse: VSEModel,
+    out: str | Path,
+    storage: str = "fp16",
+    calibration: list | None = None,
+    calibration_method: str = "minmax",
 ) -> dict:
     """Write ``image.onnx``, ``text.onnx`` and ``onnx.json`` into the bundle ``out``.
     ``storage``: ``fp16`` / ``fp32`` weights, or ``int8`` (the image graph quantised
@@ -187,7 +201,9 @@ def export_onnx(
                 fp32 = tmp.with_name(tmp.name + ".fp32.onnx")
                 tmp.rename(fp32)
                 try:
-                    quantize_image_int8(fp32, tmp, calibration, crops, size)
+                    quantize_image_int8(
+                        fp32, tmp, calibration, crops, size, method=calibration_method
+                    )
                 finally:
                     fp32.unlink(missing_ok=True)
 
@@ -195,6 +211,7 @@ def export_onnx(
         files[f"{name}.onnx"] = _sha256(path)
     meta = {"opset": ONNX_OPSET, "storage": storage, "sha256": files,
             "embed_dim": vse.embed_dim, "model_fingerprint": vse.fingerprint,
-            "calibration_images": len(calibration or [])}  # fmt: skip
+            "calibration_images": len(calibration or []),
+            "calibration_method": calibration_method if storage == "int8" else None}  # fmt: skip
     atomic_write(out / "onnx.json", json.dumps(meta, indent=2) + "\n")
     return meta

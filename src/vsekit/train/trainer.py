@@ -58,9 +58,12 @@ class TrainData(FeatureTask):
         return [pairs[a : a + batch_size] for a in range(0, len(pairs), batch_size)]
 
     def batch_loss(self, model, loss_fn, b: np.ndarray) -> torch.Tensor:
+        ids = torch.from_numpy(b[:, 0])
         img, txt = model.training_outputs(
-            self.train_feats[torch.from_numpy(b[:, 0])], [self.train_texts[j] for j in b[:, 1]]
+            self.train_feats[ids], [self.train_texts[j] for j in b[:, 1]]
         )
+        if getattr(loss_fn, "masks_same_image", False):
+            return loss_fn(img, txt, image_ids=ids)  # same-image rows are not negatives
         return loss_fn(img, txt)
 
     def evaluate(self, model, batch: int = 1024) -> dict[str, float]:
@@ -282,9 +285,7 @@ class Trainer:
             sum_done = state["bad_epochs"] >= t.curriculum_patience or (
                 t.curriculum_sum_epochs is not None and epoch + 1 >= t.curriculum_sum_epochs
             )
-            if state["curriculum"] == "sum_then_max" and state["phase"] == "sum" and sum_done:
-                state.update(phase="max", bad_epochs=0)
-                state["events"].append({"epoch": epoch, "event": "switch to max_hinge"})
+            switch = state["curriculum"] == "sum_then_max" and state["phase"] == "sum" and sum_done
             collapsed = (
                 self.data.collapse_metric is not None
                 and epoch + 1 == t.collapse_epochs
@@ -301,6 +302,9 @@ class Trainer:
                 state["collapsed"] = True
                 ckpt.save_epoch(self.run, epoch, model, opt, rng, state, best=False)
                 break
+            if switch:  # journal 3.5: L_M re-trains the best L_S model, fresh optimiser
+                model, opt = self._switch_to_max(model, state, epoch)
+                ckpt.save_epoch(self.run, epoch, model, opt, rng, state, best=False)
             if t.optimizer == "closed_form":
                 break  # solved exactly: another epoch would give the same weights
             if t.patience and state["bad_epochs"] >= t.patience and state["phase"] != "sum":
@@ -324,6 +328,19 @@ class Trainer:
             "seconds": round(state["seconds"], 1),
             "events": state["events"],
         }
+
+    def _switch_to_max(self, model, state: dict, epoch: int):
+        """The PH/POE switch as the journal paper defines it (section 3.5): reload the best
+        L_S checkpoint and start a fresh optimiser (``train.lr_max_phase`` may set its
+        lr); recorded in the run's events."""
+        ckpt.load_model_weights(model, ckpt.load_pointer(self.run, "best"))
+        opt = make_optimizer(model, self.cfg.train)
+        state.update(phase="max", bad_epochs=0)
+        state["events"].append(
+            {"epoch": epoch, "event": "switch to max_hinge", "from_best_epoch":
+             state["best_epoch"], "optimizer": "fresh"}
+        )  # fmt: skip
+        return model, opt
 
     def _restart(self, state: dict):
         """After a collapse: fresh weights (new seed) and a sum-loss warm-up curriculum."""

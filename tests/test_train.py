@@ -285,3 +285,33 @@ def test_config_typos_fail_before_any_extraction(tmp_path, capsys, line, field):
     err = capsys.readouterr().err
     assert err.startswith("vse: error:") and field in err and err.count("\n") == 1
     assert not store.exists() and not (tmp_path / "run").exists()
+
+
+def test_selection_on_a_slice_carved_from_train_never_reads_dev(tmp_path):
+    """``data.val_from_train``: epochs are chosen on train images carved out (seeded,
+    no longer trained on), and no dev image is loaded for training or selection."""
+    from tests.conftest import write_image
+    from vsekit.data import load_dataset
+    from vsekit.train.config import DataConfig
+    from vsekit.train.features import train_and_selection
+
+    root = tmp_path / "f8k"
+    lines, train_names, dev_names = [], [], []
+    for k in range(12):
+        name = f"img{k}.jpg"
+        write_image(root / "images" / name, seed=k)
+        (train_names if k < 9 else dev_names).append(name)
+        lines += [f"{name}#{j}\tA picture number w{k} , take {j} ." for j in range(2)]
+    (root / "Flickr8k.token.txt").write_text("\n".join(lines) + "\n")
+    (root / "Flickr_8k.trainImages.txt").write_text("\n".join(train_names) + "\n")
+    (root / "Flickr_8k.devImages.txt").write_text("\n".join(dev_names) + "\n")
+    ds = load_dataset(root)
+    train, sel = train_and_selection(ds, DataConfig(val_from_train=3), seed=0)
+    train_ids, sel_ids = {im.id for im in train.images}, {im.id for im in sel.images}
+    assert len(train_ids) == 6 and len(sel_ids) == 3 and not train_ids & sel_ids
+    assert (train_ids | sel_ids) == {im.id for im in ds.split("train").images}
+    assert len(sel.captions) == 6  # each carved image keeps its captions
+    again = train_and_selection(ds, DataConfig(val_from_train=3), seed=0)[1]
+    assert [im.id for im in again.images] == [im.id for im in sel.images]  # seeded
+    plain = train_and_selection(ds, DataConfig(), seed=0)[1]
+    assert {im.id for im in plain.images} == {im.id for im in ds.split("dev").images}

@@ -157,6 +157,19 @@ class Dataset:
             out[c.image].append(k)
         return out
 
+    def carve(self, split: str, n: int, new_split: str, seed: int = 0) -> Dataset:
+        """The same dataset with ``n`` images of ``split``, chosen at random with
+        ``seed``, moved to ``new_split`` (a validation slice carved from train)."""
+        rows = [k for k, im in enumerate(self.images) if im.split == split]
+        if not 0 < n < len(rows):
+            raise DatasetError(f"{self.name}: cannot carve {n} of the {len(rows)} {split!r} images")
+        chosen = set(np.random.default_rng(seed).choice(rows, n, replace=False).tolist())
+        images = [
+            ImageRecord(im.id, im.path, new_split) if k in chosen else im
+            for k, im in enumerate(self.images)
+        ]
+        return Dataset(images, self.captions, self.name, self.features)
+
     def split(self, *names: str) -> Dataset:
         """The sub-dataset of the images in the given splits, and their captions.
 

@@ -30,6 +30,9 @@ class DataConfig:
     train_split: str = "train"
     dev_split: str = "dev"
     vocab_min_count: int = 1  # words seen fewer times in train become <unk>
+    # carve this many train images (seeded) as the slice that selects epochs, switches the
+    # curriculum and stops early, so dev stays untouched (0: select on dev_split)
+    val_from_train: int = 0
 
 
 @dataclass
@@ -132,6 +135,7 @@ def validate(cfg: ExperimentConfig, where: str = "config") -> None:
         (cfg.train.lr > 0, "train.lr", "> 0"),
         (cfg.train.eval_batch >= 1, "train.eval_batch", ">= 1"),
         (cfg.data.crops >= 1, "data.crops", ">= 1"),
+        (cfg.data.val_from_train >= 0, "data.val_from_train", ">= 0"),
         (cfg.train.optimizer in OPTIMIZERS, "train.optimizer", " | ".join(OPTIMIZERS)),
     ]
     checks += _registry_checks(cfg)

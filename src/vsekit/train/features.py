@@ -46,6 +46,16 @@ def ensure_store(cfg: DataConfig, ds: Dataset, progress: bool = True) -> Feature
     return store
 
 
+def train_and_selection(ds: Dataset, cfg: DataConfig, seed: int) -> tuple[Dataset, Dataset]:
+    """``(train, selection)``: the split a run trains on and the one that picks its
+    epochs. With ``val_from_train`` the selection split is that many train images carved
+    out (seeded), so dev is never looked at; else it is ``dev_split``."""
+    if not cfg.val_from_train:
+        return ds.split(cfg.train_split), ds.split(cfg.dev_split)
+    ds = ds.carve(cfg.train_split, cfg.val_from_train, "train-val", seed)
+    return ds.split(cfg.train_split), ds.split("train-val")
+
+
 def image_features(store: FeatureStore, kind: str, ids: list[str]) -> np.ndarray:
     """``[len(ids), F]`` rows for the given image ids: ``fne`` (int8), ``baseline``
     (L2-normalised one-layer), ``baseline_raw`` (the same, not normalised), ``rmac`` or

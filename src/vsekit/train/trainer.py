@@ -31,7 +31,7 @@ from ..models.factory import create_model
 from ..models.task import FeatureTask
 from . import checkpoint as ckpt
 from .config import ExperimentConfig
-from .features import ensure_store, image_features
+from .features import ensure_store, image_features, train_and_selection
 
 
 @dataclass
@@ -127,8 +127,8 @@ def load_train_data(
     cfg: ExperimentConfig, vocab: Vocabulary | None = None, progress: bool = True
 ) -> TrainData:
     ds = load_dataset(cfg.data.root, cfg.data.format)
-    train, dev = ds.split(cfg.data.train_split), ds.split(cfg.data.dev_split)
     store = ensure_store(cfg.data, ds, progress=progress)
+    train, dev = train_and_selection(ds, cfg.data, cfg.train.seed)
     tf = image_features(store, cfg.data.features, [im.id for im in train.images])
     df = image_features(store, cfg.data.features, [im.id for im in dev.images])
     data = TrainData.from_datasets(

@@ -76,7 +76,10 @@ def markdown(results: dict, minutes: float) -> str:
                 )
             lines.append(f"| {key.upper()} | {ours} | {paper} |")
     setups = sorted({(r.get("store"), r.get("threads")) for r in results.values()}, key=str)
-    setup = "; ".join(f"store {st}, {th or 'default'} torch threads" for st, th in setups)
+    home = str(Path.home())
+    setup = "; ".join(
+        f"store {str(st).replace(home, '~')}, {th or 'default'} torch threads" for st, th in setups
+    )
     return "\n".join(lines) + (
         f"\n\nOurs: Flickr8k dev, best epoch within {minutes} minutes of training per row "
         f"({setup}). Paper: Flickr8k test, VGG16, 200-400 epochs.\n"

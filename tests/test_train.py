@@ -50,6 +50,23 @@ def make_data() -> TrainData:
     return TrainData.from_datasets(train, dev, feats, feats)
 
 
+def write_flickr8k_folder(root: Path, n: int, n_train: int) -> Path:
+    """A raw Flickr8k-layout folder: ``n`` small images, two captions each naming the
+    image's own word, the first ``n_train`` in train and the rest in dev."""
+    from tests.conftest import write_image
+
+    lines, train_names, dev_names = [], [], []
+    for k in range(n):
+        name = f"img{k}.jpg"
+        write_image(root / "images" / name, seed=k)
+        (train_names if k < n_train else dev_names).append(name)
+        lines += [f"{name}#{j}\tA picture number w{k} , take {j} ." for j in range(2)]
+    (root / "Flickr8k.token.txt").write_text("\n".join(lines) + "\n")
+    (root / "Flickr_8k.trainImages.txt").write_text("\n".join(train_names) + "\n")
+    (root / "Flickr_8k.devImages.txt").write_text("\n".join(dev_names) + "\n")
+    return root
+
+
 def small_cfg(**train_kw) -> ExperimentConfig:
     t = dict(
         epochs=30, batch_size=16, lr=3e-3, captions="all", seed=0, collapse_epochs=0, threads=1
@@ -188,19 +205,9 @@ def test_config_errors_name_the_field(tmp_path):
 
 def test_train_and_eval_cli_from_a_raw_folder(tmp_path, capsys):
     """One command from images + captions to a trained run, extracting the features."""
-    from tests.conftest import write_image
     from vsekit.cli import main
 
-    root = tmp_path / "f8k"
-    lines, train_names, dev_names = [], [], []
-    for k in range(12):
-        name = f"img{k}.jpg"
-        write_image(root / "images" / name, seed=k)
-        (train_names if k < 8 else dev_names).append(name)
-        lines += [f"{name}#{j}\tA picture number w{k} , take {j} ." for j in range(2)]
-    (root / "Flickr8k.token.txt").write_text("\n".join(lines) + "\n")
-    (root / "Flickr_8k.trainImages.txt").write_text("\n".join(train_names) + "\n")
-    (root / "Flickr_8k.devImages.txt").write_text("\n".join(dev_names) + "\n")
+    root = write_flickr8k_folder(tmp_path / "f8k", n=12, n_train=8)
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(f"""
 name: tiny
@@ -290,21 +297,11 @@ def test_config_typos_fail_before_any_extraction(tmp_path, capsys, line, field):
 def test_selection_on_a_slice_carved_from_train_never_reads_dev(tmp_path):
     """``data.val_from_train``: epochs are chosen on train images carved out (seeded,
     no longer trained on), and no dev image is loaded for training or selection."""
-    from tests.conftest import write_image
     from vsekit.data import load_dataset
     from vsekit.train.config import DataConfig
     from vsekit.train.features import train_and_selection
 
-    root = tmp_path / "f8k"
-    lines, train_names, dev_names = [], [], []
-    for k in range(12):
-        name = f"img{k}.jpg"
-        write_image(root / "images" / name, seed=k)
-        (train_names if k < 9 else dev_names).append(name)
-        lines += [f"{name}#{j}\tA picture number w{k} , take {j} ." for j in range(2)]
-    (root / "Flickr8k.token.txt").write_text("\n".join(lines) + "\n")
-    (root / "Flickr_8k.trainImages.txt").write_text("\n".join(train_names) + "\n")
-    (root / "Flickr_8k.devImages.txt").write_text("\n".join(dev_names) + "\n")
+    root = write_flickr8k_folder(tmp_path / "f8k", n=12, n_train=9)
     ds = load_dataset(root)
     train, sel = train_and_selection(ds, DataConfig(val_from_train=3), seed=0)
     train_ids, sel_ids = {im.id for im in train.images}, {im.id for im in sel.images}

@@ -112,17 +112,24 @@ def test_replaced_files_are_never_served(tmp_path):
         coll.open_file(12345)
 
 
-def test_service_answers_409_json_for_a_replaced_file(tmp_path):
+def tiny_indexed(tmp_path: Path, folder_name: str, n: int):
+    """``(collection, tiny model, folder)``: ``n`` photos indexed with the tiny model."""
     from tests.conftest import make_tiny_model
     from vsekit.index import model_info
-    from vsekit.serve.app import create_app
 
     model = make_tiny_model()
-    folder = tmp_path / "p"
-    for i in range(2):
+    folder = tmp_path / folder_name
+    for i in range(n):
         write_image(folder / f"{i}.jpg", seed=i, size=48)
     coll = Collection(tmp_path / "idx", model_info(model, "tiny"))
     coll.update(folder, model.encode_image, progress=False)
+    return coll, model, folder
+
+
+def test_service_answers_409_json_for_a_replaced_file(tmp_path):
+    from vsekit.serve.app import create_app
+
+    coll, model, folder = tiny_indexed(tmp_path, "p", 2)
     client = TestClient(create_app(coll, model), base_url="http://127.0.0.1")
     target = next(int(i) for i in coll.ids if coll.path_of(i).endswith("0.jpg"))
     (folder / "0.jpg").unlink()
@@ -466,17 +473,10 @@ def test_cli_edges_are_one_line_errors_and_leave_nothing(tmp_path, capsys):
 # ------------------------------------------------------------ 8. exposure
 @pytest.fixture
 def guarded(tmp_path):
-    from tests.conftest import make_tiny_model
-    from vsekit.index import model_info
     from vsekit.serve.app import create_app
     from vsekit.serve.guard import GuardConfig
 
-    model = make_tiny_model()
-    folder = tmp_path / "photos"
-    for i in range(3):
-        write_image(folder / f"{i}.jpg", seed=i, size=48)
-    coll = Collection(tmp_path / "idx", model_info(model, "tiny"))
-    coll.update(folder, model.encode_image, progress=False)
+    coll, model, folder = tiny_indexed(tmp_path, "photos", 3)
 
     def client(**kw):
         cfg = GuardConfig(**{"allowed_hosts": ["127.0.0.1", "localhost"], **kw})

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import threading
-from pathlib import Path
 from typing import BinaryIO
 
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -91,12 +90,3 @@ def load_image(src: str | os.PathLike | BinaryIO, reduce_to: int | None = None) 
         raise ImageError(f"{name}: unreadable image ({e})") from e
     except MemoryError as e:
         raise ImageTooLarge(f"{name}: too large to decode in memory") from e
-
-
-def image_size(path: str | Path) -> tuple[int, int]:
-    """``(width, height)`` from the header only (ImageError if unreadable)."""
-    try:
-        with Image.open(path) as im:
-            return im.size
-    except (OSError, SyntaxError, ValueError) as e:
-        raise ImageError(f"{path}: unreadable image ({e})") from e

@@ -98,14 +98,12 @@ def _model_export(args: argparse.Namespace) -> int:
 
 
 def _model_pin(args: argparse.Namespace) -> int:
-    import json as _json
-
     from ..features import create_backbone
     from ..features.check import check_backbone
     from ..fsio import atomic_write
 
     path = Path(args.bundle) / "bundle.json"
-    info = _json.loads(path.read_text())
+    info = json.loads(path.read_text())
     spec = info["image"]
     if spec.get("weights_sha256"):
         raise ValueError(f"{path}: already pinned to weights sha256 {spec['weights_sha256']}")
@@ -114,7 +112,7 @@ def _model_pin(args: argparse.Namespace) -> int:
     if not ok:
         raise ValueError(f"{net.weights_source}: fails `vse weights check`; not pinning")
     spec.update(net.identity(int(spec["crops"])))
-    atomic_write(path, _json.dumps(info, indent=2) + "\n")
+    atomic_write(path, json.dumps(info, indent=2) + "\n")
     print(f"{path}: pinned {spec['backbone']} weights sha256 {net.weights_sha256}")
     return 0
 

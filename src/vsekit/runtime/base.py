@@ -69,6 +69,12 @@ def read_bundle_extras(path: Path, info: dict) -> dict[str, Any]:
     return out
 
 
+def _as_list(images) -> tuple[list, bool]:
+    """``(items, single)``: one path or PIL image becomes a list of one."""
+    single = isinstance(images, str | os.PathLike | Image.Image)
+    return ([images] if single else list(images)), single
+
+
 def _batches(items: Sequence, size: int) -> Iterator[Sequence]:
     if size < 1:
         raise ValueError(f"batch_size must be >= 1, got {size}")
@@ -195,6 +201,11 @@ class BaseModel:
     def _encode_text_batch(self, texts: list[str]) -> np.ndarray:
         raise NotImplementedError
 
+    def _embed_batch(self, batch: Sequence[ImageInput], normalize: bool) -> np.ndarray:
+        """One batch of images -> ``[B, D]``; a backend whose graph goes from pixels to
+        the embedding in one pass overrides this."""
+        return self.encode_image_features(self.image_features(batch), normalize)
+
     def embed_with_features(self, images: Sequence[ImageInput]) -> tuple[np.ndarray, np.ndarray]:
         """``([N, D] unit embeddings, [N, F] features)`` of one batch (annotation with
         tags needs both)."""
@@ -215,15 +226,12 @@ class BaseModel:
         Images are decoded, cropped and run through the backbone ``batch_size`` at a time,
         so memory is bounded by the batch, not by ``len(images)``. ``normalize``: unit rows.
         """
-        single = isinstance(images, str | os.PathLike | Image.Image)
-        items = [images] if single else list(images)
+        items, single = _as_list(images)
         out = np.zeros((len(items), self.embed_dim), np.float32)
         bar = _progress(len(items), "images", show_progress)
         a = 0
         for batch in _batches(items, batch_size):
-            out[a : a + len(batch)] = self.encode_image_features(
-                self.image_features(batch), normalize
-            )
+            out[a : a + len(batch)] = self._embed_batch(batch, normalize)
             a += len(batch)
             bar.update(len(batch))
         bar.close()
@@ -275,15 +283,14 @@ class BaseModel:
 
     def annotate(self, images: ImageInput | Sequence[ImageInput], k: int = 5):
         """The ``k`` best captions of the model's pool for each image, with scores."""
-        single = isinstance(images, str | os.PathLike | Image.Image)
-        emb = self.encode_image([images] if single else images)
+        items, single = _as_list(images)
+        emb = self.encode_image(items)
         best = self.caption_pool.best(emb, k)
         return best[0] if single else best
 
     def tags(self, images: ImageInput | Sequence[ImageInput], k: int = 10):
         """The ``k`` best tags of each image (empty without a tagger in the bundle)."""
-        single = isinstance(images, str | os.PathLike | Image.Image)
-        items = [images] if single else list(images)
+        items, single = _as_list(images)
         out = self.tags_from_features(self.image_features(items), k) if items else []
         return out[0] if single else out
 

@@ -135,24 +135,9 @@ class OnnxModel(BaseModel):
             "the ONNX image graph goes from pixels to the embedding; use encode_image"
         )
 
-    def encode_image(self, images, batch_size: int = 16, normalize: bool = True,
-                     convert_to="numpy", show_progress: bool = False):  # fmt: skip
-        """Paths or PIL images -> ``[N, D]`` float32 (one input -> ``[D]``); the
-        embedding comes out of the image graph in the same pass as the features."""
-        from .base import _batches, _convert, _progress
-
-        single = isinstance(images, str | os.PathLike) or hasattr(images, "getbands")
-        items = [images] if single else list(images)
-        out = np.zeros((len(items), self.embed_dim), np.float32)
-        bar = _progress(len(items), "images", show_progress)
-        a = 0
-        for batch in _batches(items, batch_size):
-            emb = self._run_image(batch)[0]
-            out[a : a + len(batch)] = unit(emb) if normalize else emb
-            a += len(batch)
-            bar.update(len(batch))
-        bar.close()
-        return _convert(out[0] if single else out, convert_to)
+    def _embed_batch(self, batch: Sequence[ImageInput], normalize: bool) -> np.ndarray:
+        emb = self._run_image(batch)[0]  # the graph embeds in the same pass
+        return unit(emb) if normalize else emb
 
     def _encode_text_batch(self, texts: list[str]) -> np.ndarray:
         seqs = [self.vocab.encode(tokenize(t)) or [self.vocab.unk_id] for t in texts]

@@ -1,4 +1,5 @@
-"""``vse features``: backbone layers, FeatureStore extraction, FNE, store info."""
+"""``vse features``: backbone layers, FeatureStore extraction (images and videos), FNE,
+the audio channel of videos, store info."""
 
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ def _add_features(sub: argparse._SubParsersAction) -> None:
 
     ex = fsub.add_parser("extract", help="extract pooled activations into a FeatureStore")
     src = ex.add_mutually_exclusive_group(required=True)
-    src.add_argument("--root", help="dataset folder (or file) to read images from")
-    src.add_argument("--images", help="a plain folder of images (all of them, split 'all')")
+    src.add_argument("--root", help="dataset folder (or file) to read images or videos from")
+    src.add_argument(
+        "--images", help="a plain folder of images and videos (all of them, split 'all')"
+    )
     ex.add_argument("--dataset", help=FORMAT_HELP)
     ex.add_argument("--splits", help="comma-separated splits to extract (default: all)")
     ex.add_argument("--backbone", default="resnet50")
@@ -32,7 +35,19 @@ def _add_features(sub: argparse._SubParsersAction) -> None:
     ex.add_argument("--no-rmac", action="store_true", help="skip R-MAC descriptors")
     ex.add_argument("--threads", type=positive_int, help="torch CPU threads (default: all cores)")
     ex.add_argument("--out", required=True, help="store directory (resumed if unfinished)")
+    add_sampling_args(ex)
     ex.set_defaults(handler=_features_extract)
+
+    au = fsub.add_parser(
+        "audio", help="bag-of-MFCC audio histograms of a video store (codebook fit on one split)"
+    )
+    au.add_argument("--store", required=True)
+    au.add_argument("--root", required=True, help="the dataset the store was extracted from")
+    au.add_argument("--dataset", help=FORMAT_HELP)
+    au.add_argument("--fit-split", default="train", help="split the k-means codebook is fit on")
+    au.add_argument("--k", type=positive_int, default=1024, help="codebook size (paper: 1024)")
+    au.add_argument("--seed", type=int, default=0)
+    au.set_defaults(handler=_features_audio)
 
     fne = fsub.add_parser("fne", help="fit FNE statistics on one split and discretise")
     fne.add_argument("--store", required=True)
@@ -45,6 +60,22 @@ def _add_features(sub: argparse._SubParsersAction) -> None:
     info.add_argument("store")
     info.add_argument("--json", action="store_true")
     info.set_defaults(handler=_features_info)
+
+
+def add_sampling_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument(
+        "--every", type=float, default=None, help="videos: one frame every SECONDS (default: 1)"
+    )
+    g.add_argument("--frames", type=positive_int, help="videos: N frames per clip instead")
+
+
+def sampling_of(args: argparse.Namespace):
+    from ..video import Sampling
+
+    if args.frames:
+        return Sampling(every=None, n=args.frames)
+    return Sampling(every=args.every or 1.0)
 
 
 def _features_layers(args: argparse.Namespace) -> int:
@@ -74,12 +105,14 @@ def _extract_items(args: argparse.Namespace):
 
     from ..features.extract import ExtractItem
     from ..images import IMAGE_SUFFIXES
+    from ..video import VIDEO_SUFFIXES
 
     if args.images:
         root = Path(args.images)
         if not root.is_dir():
             raise FileNotFoundError(f"{root}: no such folder")
-        files = sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+        media = IMAGE_SUFFIXES + VIDEO_SUFFIXES
+        files = sorted(p for p in root.rglob("*") if p.suffix.lower() in media)
         return [ExtractItem(str(p.relative_to(root)), p, "all") for p in files], root.name
     from ..data import load_dataset
 
@@ -110,6 +143,7 @@ def _features_extract(args: argparse.Namespace) -> int:
         workers=args.workers,
         with_rmac=not args.no_rmac,
         dataset=name,
+        sampling=sampling_of(args),
     )
     failed = failed_images(args.out)
     for f in failed:
@@ -131,6 +165,22 @@ def _features_fne(args: argparse.Namespace) -> int:
     print(
         f"{store.path}: FNE fitted on {store.meta['fne']['n_fit']} {args.fit_split} rows; "
         f"fractions -1/0/1 (first rows): " + "/".join(f"{f:.2f}" for f in frac)
+    )
+    return 0
+
+
+def _features_audio(args: argparse.Namespace) -> int:
+    from ..data import load_dataset
+    from ..features.audio_store import add_audio
+    from ..features.store import FeatureStore
+
+    store = FeatureStore(args.store)
+    ds = load_dataset(args.root, args.dataset)
+    info = add_audio(store, {im.id: im.path for im in ds.images}, args.fit_split, args.k, args.seed)
+    clips = ", ".join(f"{n} {what}" for what, n in info["clips"].items())
+    print(
+        f"{store.path}: {info['k']}-word audio codebook fit on {info['n_fit_clips']} "
+        f"{args.fit_split} clips ({info['n_fit_frames']:,} MFCC frames); clips: {clips}"
     )
     return 0
 

@@ -75,16 +75,19 @@ def _train(args: argparse.Namespace) -> int:
     return 3 if res["collapsed"] else 0
 
 
-def format_table(m: dict) -> str:
-    """The journal paper's layout: annotation and retrieval R@1/5/10, Med r, mean r, rsum."""
-    head = f"{'':<12}{'R@1':>7}{'R@5':>7}{'R@10':>7}{'Med r':>7}{'Mean r':>8}"
+def format_table(m: dict, video: bool = False) -> str:
+    """The journal paper's layout: annotation and retrieval R@1/5/10, Med r, mean r, rsum;
+    for videos, Word2VisualVec Table 5's names (video-to-sentence first)."""
+    names = ("video-to-sentence", "sentence-to-video") if video else ("annotation", "retrieval")
+    w = max(12, len(names[0]) + 2)
+    head = f"{'':<{w}}{'R@1':>7}{'R@5':>7}{'R@10':>7}{'Med r':>7}{'Mean r':>8}"
     rows = [
-        f"{name:<12}"
+        f"{name:<{w}}"
         + "".join(f"{m[f'{d}_r{k}']:>7.1f}" for k in (1, 5, 10))
         + f"{m[f'{d}_medr']:>7.0f}{m[f'{d}_meanr']:>8.1f}"
-        for name, d in (("annotation", "i2t"), ("retrieval", "t2i"))
+        for name, d in zip(names, ("i2t", "t2i"), strict=True)
     ]
-    return "\n".join([head, *rows, f"{'rsum':<12}{m['rsum']:>7.1f}"])
+    return "\n".join([head, *rows, f"{'rsum':<{w}}{m['rsum']:>7.1f}"])
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -94,6 +97,7 @@ def _eval(args: argparse.Namespace) -> int:
     from ..train import load_run
     from ..train.config import DataConfig, from_dict
     from ..train.features import image_features
+    from ..video import is_video
 
     model, meta = load_run(args.run, args.checkpoint)
     if meta["config"].get("task") == "tags":
@@ -109,7 +113,8 @@ def _eval(args: argparse.Namespace) -> int:
     m = evaluate_model(
         model, feats, ds.texts, ds.caption_to_image, protocol=args.protocol, queries=args.queries
     )
-    print(json.dumps(m, indent=2) if args.json else format_table(m))
+    video = any(im.path is not None and is_video(im.path) for im in ds.images)
+    print(json.dumps(m, indent=2) if args.json else format_table(m, video))
     return 0
 
 

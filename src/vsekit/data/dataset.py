@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 #: Split names are normalised to these; the Karpathy/COCO name "val" becomes "dev".
-SPLIT_ALIASES = {"val": "dev", "valid": "dev", "validation": "dev"}
+SPLIT_ALIASES = {"val": "dev", "valid": "dev", "validation": "dev", "validate": "dev"}
 
 
 def normalise_split(name: str) -> str:

@@ -1,7 +1,8 @@
-"""Your own data: a folder of images plus a captions file.
+"""Your own data: a folder of images or videos plus a captions file.
 
 The captions file is JSONL (one object per line) or CSV (with a header row). Each record
-gives the image path (field ``image``; also accepted: ``file``, ``filename``, ``path``),
+gives the image or video path (field ``image``; also accepted: ``video``, ``file``,
+``filename``, ``path``),
 relative to the folder or absolute, and the caption (``caption`` or ``text``). An optional
 ``split`` field assigns the split; the default is ``train``. An image may have any number
 of captions.
@@ -17,7 +18,7 @@ from ._io import read_lines
 from .dataset import Dataset, DatasetError, build_dataset, missing_files_error
 
 CAPTION_FILES = ("captions.jsonl", "captions.csv")
-_IMAGE_KEYS = ("image", "file", "filename", "path")
+_IMAGE_KEYS = ("image", "video", "file", "filename", "path")
 _TEXT_KEYS = ("caption", "text")
 
 

@@ -16,6 +16,8 @@ from .dataset import Dataset, DatasetError
 from .flickr8k import find_text_dir, load_flickr8k
 from .folder import find_captions_file, load_folder
 from .karpathy import load_karpathy
+from .msrvtt import find_msrvtt, load_msrvtt
+from .msvd import find_msvd, load_msvd
 from .precomp import load_precomp, precomp_splits
 
 Loader = Callable[..., Dataset]
@@ -55,6 +57,16 @@ def _coco(path: Path, **kw) -> Dataset:
     return load_coco(files, **kw)
 
 
+@register_source("msvd")
+def _msvd(path: Path, **kw) -> Dataset:
+    return load_msvd(path, **kw)
+
+
+@register_source("msrvtt")
+def _msrvtt(path: Path, **kw) -> Dataset:
+    return load_msrvtt(path, **kw)
+
+
 @register_source("folder")
 def _folder(path: Path, **kw) -> Dataset:
     if path.is_file():
@@ -76,11 +88,17 @@ def detect_format(path: str | Path) -> str:
                 return "coco"
             if isinstance(data, dict) and "images" in data:
                 return "karpathy"
+            if isinstance(data, dict) and "videos" in data and "sentences" in data:
+                return "msrvtt"
         raise DatasetError(f"{path}: cannot tell the dataset format; pass --format")
     if find_text_dir(path) is not None:
         return "flickr8k"
     if precomp_splits(path):
         return "precomp"
+    if find_msvd(path) is not None:
+        return "msvd"
+    if find_msrvtt(path):
+        return "msrvtt"
     if find_captions_file(path) is not None:
         return "folder"
     if list((path / "annotations").glob("captions_*.json")) or list(path.glob("captions_*.json")):
@@ -89,7 +107,8 @@ def detect_format(path: str | Path) -> str:
         return "karpathy"
     raise DatasetError(
         f"{path}: cannot tell the dataset format (no Flickr8k.token.txt, *_caps.txt, "
-        "captions.jsonl/csv, annotations/captions_*.json or dataset_*.json); pass --format"
+        "captions.jsonl/csv, annotations/captions_*.json, dataset_*.json, "
+        "AllVideoDescriptions.txt or *videodatainfo*.json); pass --format"
     )
 
 

@@ -2,7 +2,10 @@
 
 Images are decoded and cropped in DataLoader worker processes; the backbone runs in
 inference mode. Per image, the pooled activations of every FNE layer (and optionally the
-R-MAC descriptor of the last conv map) are averaged over its crop views.
+R-MAC descriptor of the last conv map) are averaged over its crop views. A video item
+(:func:`vsekit.video.is_video`) gives the frames its ``Sampling`` picks, each cropped the
+same way, and its row is the mean over all of them: the mean over frames of the mean over
+crops (Word2VisualVec section 3.4 mean-pools frame features).
 
 Resumability: batches sit on a fixed grid (image ``k`` is always in batch
 ``k // batch_size``), and a batch is committed by writing its rows, flushing them, then
@@ -28,6 +31,7 @@ from tqdm import tqdm
 
 from ..fsio import atomic_write
 from ..images import ImageError, load_image
+from ..video import Sampling, is_video, read_frames
 from .backbones import Backbone
 from .crops import crop_views, decode_size
 from .rmac import rmac
@@ -41,9 +45,26 @@ class ExtractItem:
     split: str = "all"
 
 
+def item_views(path: Path, crops: int, size: int, sampling: Sampling | None) -> torch.Tensor:
+    """``[V, 3, size, size]`` uint8: an image's ``crops`` views, or those of every sampled
+    frame of a video (``V = frames x crops``)."""
+    if is_video(path):
+        _, frames = read_frames(path, sampling or Sampling(), decode_size(size))
+        return torch.cat([crop_views(f, crops, size) for f in frames])
+    return crop_views(load_image(path, decode_size(size)), crops, size)
+
+
 class _ViewsDataset(torch.utils.data.Dataset):
-    def __init__(self, items: Sequence[ExtractItem], start: int, crops: int, size: int):
+    def __init__(
+        self,
+        items: Sequence[ExtractItem],
+        start: int,
+        crops: int,
+        size: int,
+        sampling: Sampling | None = None,
+    ):
         self.items, self.start, self.crops, self.size = items, start, crops, size
+        self.sampling = sampling
 
     def __len__(self) -> int:
         return len(self.items) - self.start
@@ -51,13 +72,7 @@ class _ViewsDataset(torch.utils.data.Dataset):
     def __getitem__(self, k: int):
         k += self.start
         try:
-            return (
-                k,
-                crop_views(
-                    load_image(self.items[k].path, decode_size(self.size)), self.crops, self.size
-                ),
-                None,
-            )
+            return k, item_views(self.items[k].path, self.crops, self.size, self.sampling), None
         except ImageError as e:
             return k, None, str(e)
         except Exception as e:  # noqa: BLE001 - a bad file must never stop a long run
@@ -81,10 +96,12 @@ def pooled_features(
     n_crops: int,
     with_rmac: bool = False,
     chunk: int = FORWARD_CHUNK,
+    counts: Sequence[int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``views``: ``[B * n_crops, 3, S, S]`` uint8 -> ``([B, fne_dim], [B, C] | None)``,
-    averaged over each image's crops (R-MAC re-normalised after averaging). The backbone
-    sees ``chunk`` views at a time."""
+    """``views``: ``[V, 3, S, S]`` uint8 -> ``([B, fne_dim], [B, C] | None)``, averaged
+    over each item's views (R-MAC re-normalised after averaging). ``counts``: views per
+    item (default: ``n_crops`` each, ``B = V / n_crops``); a video's frames x crops are
+    one item. The backbone sees ``chunk`` views at a time."""
     device = model.mean.device
     if device.type != "cpu":
         chunk = len(views)  # accelerators prefer one large batch
@@ -97,12 +114,17 @@ def pooled_features(
         pooled_parts.append(pooled.float().cpu())
         if with_rmac:
             rmac_parts.append(rmac(last).float().cpu())
-    pooled = torch.cat(pooled_parts)
-    pooled = pooled.view(-1, n_crops, pooled.shape[1]).mean(dim=1)
+    counts = list(counts) if counts is not None else [n_crops] * (len(views) // n_crops)
+    if sum(counts) != len(views):
+        raise ValueError(f"counts add up to {sum(counts)} views, got {len(views)}")
+
+    def item_means(x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([part.mean(dim=0) for part in torch.split(x, counts)])
+
+    pooled = item_means(torch.cat(pooled_parts))
     r = None
     if with_rmac:
-        r = torch.cat(rmac_parts)
-        r = torch.nn.functional.normalize(r.view(-1, n_crops, r.shape[1]).mean(dim=1), dim=1)
+        r = torch.nn.functional.normalize(item_means(torch.cat(rmac_parts)), dim=1)
     return pooled, r
 
 
@@ -120,7 +142,9 @@ def _store_meta(
     rmac_on: bool,
     batch_size: int,
     dataset: str,
+    sampling: Sampling | None,
 ) -> dict:
+    videos = any(is_video(i.path) for i in items)
     return {
         "version": STORE_VERSION,
         "backbone": model.name,
@@ -142,6 +166,8 @@ def _store_meta(
         "dataset": dataset,
         "n_items": len(items),
         "ids_sha1": ids_digest(i.id for i in items),
+        # how frames were sampled, for stores of videos (None: images only)
+        "video": (sampling or Sampling()).describe() if videos else None,
         "complete": False,
     }
 
@@ -156,6 +182,7 @@ _IDENTITY = (
     "batch_size",
     "n_items",
     "ids_sha1",
+    "video",
 )
 
 
@@ -175,6 +202,7 @@ def extract_to_store(
     progress: bool = True,
     on_batch: Callable[[int], None] | None = None,
     device: str | None = None,
+    sampling: Sampling | None = None,
 ) -> FeatureStore:
     """Extract pooled features of ``items`` into the store at ``out`` (resuming it if it
     holds a matching unfinished extraction).
@@ -183,6 +211,7 @@ def extract_to_store(
         on_batch: called with the number of committed images after each batch (tests
             use it to simulate a kill).
         device: where the backbone runs (default: CUDA when present, else CPU).
+        sampling: which frames of a video item are used (default: one a second).
 
     Raises:
         StoreError: ``out`` holds a store made with other settings or images.
@@ -190,7 +219,7 @@ def extract_to_store(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     model = prepare_model(model, device)
-    meta = _store_meta(model, items, crops, with_rmac, batch_size, dataset)
+    meta = _store_meta(model, items, crops, with_rmac, batch_size, dataset, sampling)
     meta_file = out / "meta.json"
     if meta_file.is_file():
         old = json.loads(meta_file.read_text())
@@ -239,7 +268,7 @@ def extract_to_store(
     rmac_mm = open_array("rmac.f32", meta["rmac_dim"]) if meta["rmac_dim"] else None
 
     loader = DataLoader(
-        _ViewsDataset(items, done, crops, model.input_size),
+        _ViewsDataset(items, done, crops, model.input_size, sampling),
         batch_size=batch_size,
         num_workers=workers,
         collate_fn=_collate,
@@ -264,7 +293,8 @@ def extract_to_store(
                     fail_f.write(json.dumps(rec) + "\n")
             if good:
                 views = torch.cat([v for _, v in good])
-                pooled, r = pooled_features(model, views, crops, rmac_mm is not None)
+                counts = [len(v) for _, v in good]
+                pooled, r = pooled_features(model, views, crops, rmac_mm is not None, counts=counts)
                 pooled_mm[rows : rows + len(good)] = pooled.numpy()
                 pooled_mm.flush()
                 if rmac_mm is not None:

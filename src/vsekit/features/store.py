@@ -9,6 +9,9 @@ Layout::
     rmac.f32             [n, rmac_dim] float32, R-MAC descriptors (optional)
     fne.i8               [n, fne_dim] int8 in {-1, 0, 1}, after ``fit_fne``
     fne_stats.safetensors  train-split mean and std used for the FNE
+    audio.f32 audio_flags.u8 audio_codebook.safetensors
+                         videos: bag-of-MFCC histograms, after ``vse features audio``
+                         (:mod:`vsekit.features.audio_store`)
     progress.json        extraction progress (resume point); failed.jsonl: unreadable images
 
 Arrays are raw little-endian binaries memory-mapped with the shape from ``meta.json``.
@@ -94,6 +97,21 @@ class FeatureStore:
         if "fne" not in self.meta:
             raise StoreError(f"{self.path}: no FNE yet; run `vse features fne --store {self.path}`")
         return self._array("fne.i8", np.int8, self.fne_dim)
+
+    @property
+    def audio(self) -> np.ndarray:
+        """``[n, k]`` bag-of-MFCC histograms (zeros for clips without sound)."""
+        if "audio" not in self.meta:
+            raise StoreError(
+                f"{self.path}: no audio features; run `vse features audio --store {self.path}`"
+            )
+        return self._array("audio.f32", np.float32, int(self.meta["audio"]["k"]))
+
+    @property
+    def audio_flags(self) -> np.ndarray:
+        """``[n]`` uint8 per clip: 0 audio, 1 no audio track, 2 silent."""
+        self.audio  # noqa: B018 - the same check
+        return np.fromfile(self.path / "audio_flags.u8", np.uint8)[: self.n]
 
     def layer_slices(self) -> dict[str, slice]:
         out, a = {}, 0

@@ -23,9 +23,14 @@ class DataConfig:
     root: str = "../shared/data/flickr8k"  # dataset folder or file
     format: str | None = None  # dataset format (None: detect)
     store: str = "~/.cache/vsekit/stores/flickr8k-resnet50-c10"  # FeatureStore directory
-    features: str = "fne"  # fne | baseline | baseline_raw | rmac | pooled: image representation
+    # fne | baseline | baseline_raw | rmac | pooled: image representation; KIND+audio
+    # appends a video store's bag-of-MFCC histogram (`vse features audio`)
+    features: str = "fne"
     backbone: str = "resnet50"  # used if the store must be extracted
     crops: int = 10  # used if the store must be extracted
+    video_every: float | None = 1.0  # videos: one frame every this many seconds ...
+    video_frames: int | None = None  # ... or this many frames per clip (then every: null)
+    audio_k: int = 1024  # features KIND+audio: bag-of-MFCC codebook size (paper: 1024)
     weights: str = "auto"  # backbone weights if the store must be extracted ("auto": installed)
     train_split: str = "train"
     dev_split: str = "dev"
@@ -119,9 +124,10 @@ def load_config(path: str | Path) -> ExperimentConfig:
 def validate(cfg: ExperimentConfig, where: str = "config") -> None:
     checks = [
         (
-            cfg.data.features in ("fne", "baseline", "baseline_raw", "rmac", "pooled"),
+            cfg.data.features.removesuffix("+audio")
+            in ("fne", "baseline", "baseline_raw", "rmac", "pooled"),
             "data.features",
-            "fne | baseline | baseline_raw | rmac | pooled",
+            "fne | baseline | baseline_raw | rmac | pooled, optionally +audio",
         ),
         (cfg.train.captions in ("one", "all"), "train.captions", "one | all"),
         (cfg.task in ("retrieval", "tags"), "task", "retrieval | tags"),
@@ -136,6 +142,12 @@ def validate(cfg: ExperimentConfig, where: str = "config") -> None:
         (cfg.train.eval_batch >= 1, "train.eval_batch", ">= 1"),
         (cfg.data.crops >= 1, "data.crops", ">= 1"),
         (cfg.data.val_from_train >= 0, "data.val_from_train", ">= 0"),
+        (
+            (cfg.data.video_every is None) != (cfg.data.video_frames is None),
+            "data.video_every / data.video_frames",
+            "exactly one set (the other null)",
+        ),
+        (cfg.data.audio_k >= 1, "data.audio_k", ">= 1"),
         (cfg.train.optimizer in OPTIMIZERS, "train.optimizer", " | ".join(OPTIMIZERS)),
     ]
     checks += _registry_checks(cfg)

@@ -8,11 +8,16 @@ from pathlib import Path
 import numpy as np
 
 from ..data import Dataset
+from ..features.audio_store import add_audio
 from ..features.backbones import create_backbone
 from ..features.extract import ExtractItem, extract_to_store
 from ..features.kinds import features_of_kind
 from ..features.store import FeatureStore, StoreError
+from ..video import Sampling
 from .config import DataConfig
+
+AUDIO_SUFFIX = "+audio"
+VISUAL_KINDS = ("fne", "baseline", "baseline_raw", "rmac", "pooled")
 
 
 def ensure_store(cfg: DataConfig, ds: Dataset, progress: bool = True) -> FeatureStore:
@@ -32,9 +37,18 @@ def ensure_store(cfg: DataConfig, ds: Dataset, progress: bool = True) -> Feature
         model = create_backbone(cfg.backbone, weights=cfg.weights)
         items = [ExtractItem(im.id, im.path, im.split) for im in ds.images]
         store = extract_to_store(
-            items, path, model, crops=cfg.crops, dataset=ds.name, progress=progress
+            items,
+            path,
+            model,
+            crops=cfg.crops,
+            dataset=ds.name,
+            progress=progress,
+            sampling=sampling_of(cfg),
         )
-    if cfg.features == "fne":
+    if cfg.features.endswith(AUDIO_SUFFIX) and "audio" not in store.meta:
+        paths = {im.id: im.path for im in ds.images}
+        add_audio(store, paths, cfg.train_split, cfg.audio_k, progress=progress)
+    if cfg.features.removesuffix(AUDIO_SUFFIX) == "fne":
         fne = store.meta.get("fne")
         if fne is None:
             store.fit_fne(cfg.train_split)
@@ -44,6 +58,11 @@ def ensure_store(cfg: DataConfig, ds: Dataset, progress: bool = True) -> Feature
                 f"not {cfg.train_split!r}; rerun `vse features fne --fit-split {cfg.train_split}`"
             )
     return store
+
+
+def sampling_of(cfg: DataConfig) -> Sampling:
+    """How video frames are sampled for this config's store."""
+    return Sampling(every=cfg.video_every, n=cfg.video_frames)
 
 
 def train_and_selection(ds: Dataset, cfg: DataConfig, seed: int) -> tuple[Dataset, Dataset]:
@@ -59,7 +78,12 @@ def train_and_selection(ds: Dataset, cfg: DataConfig, seed: int) -> tuple[Datase
 def image_features(store: FeatureStore, kind: str, ids: list[str]) -> np.ndarray:
     """``[len(ids), F]`` rows for the given image ids: ``fne`` (int8), ``baseline``
     (L2-normalised one-layer), ``baseline_raw`` (the same, not normalised), ``rmac`` or
-    ``pooled`` (every layer, raw)."""
+    ``pooled`` (every layer, raw). ``KIND+audio`` appends a video's bag-of-MFCC
+    histogram (the visual-audio vector of Word2VisualVec section 3.4), as float32."""
+    if kind.endswith(AUDIO_SUFFIX):
+        visual = image_features(store, kind[: -len(AUDIO_SUFFIX)], ids)
+        audio = np.asarray(store.audio[store.rows_for(ids)])
+        return np.concatenate([visual.astype(np.float32), audio], axis=1)
     rows = store.rows_for(ids)
     if kind == "fne":  # computed by features_of_kind when the FNE was fitted
         return np.asarray(store.fne[rows])

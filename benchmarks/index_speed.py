@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import record  # noqa: E402
 
 import vsekit  # noqa: E402
-from vsekit.index import Collection, model_info, scan_images  # noqa: E402
+from vsekit.index import Collection, model_info, scan_media  # noqa: E402
 from vsekit.index.collection import UpdateReport  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,7 +74,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    files = [Path(p) for p, _, _ in scan_images(args.images)][: args.n]
+    files = [Path(p) for p, _, _ in scan_media(args.images)][: args.n]
     models = {
         "torch (the path before)": vsekit.load_model("default", backend="torch"),
         "onnx (default)": vsekit.load_model("default", backend="onnx"),

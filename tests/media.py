@@ -25,6 +25,7 @@ def write_video(
     import av
 
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     codec = codec or ("libvpx" if path.suffix == ".webm" else "mpeg4")
     with av.open(str(path), "w") as c:
         vs = c.add_stream(codec, rate=fps)

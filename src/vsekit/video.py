@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import numpy as np
 from PIL import Image
@@ -101,12 +103,19 @@ def sample_times(duration: float, sampling: Sampling) -> np.ndarray:
     return (np.arange(n) + 0.5) * step
 
 
-def _open(av, path):
-    name = str(path)
-    if not os.path.exists(name):
-        raise VideoError(f"{name}: no such file")
+def _name(src) -> str:
+    return str(src) if isinstance(src, str | os.PathLike) else getattr(src, "name", "upload")
+
+
+def _open(av, src):
+    """A container for a path or an open binary file (the service's verified file)."""
+    name = _name(src)
+    if isinstance(src, str | os.PathLike):
+        if not os.path.exists(name):
+            raise VideoError(f"{name}: no such file")
+        src = name
     try:
-        return av.open(name)
+        return av.open(src)
     except (av.FFmpegError, UnicodeDecodeError, ValueError) as e:
         raise VideoError(f"{name}: not a readable video ({e})") from e
 
@@ -138,18 +147,23 @@ def _size_for(w: int, h: int, reduce_to: int | None) -> tuple[int, int]:
     return max(1, round(w * s)), max(1, round(h * s))
 
 
-def read_frames(
-    path: str | os.PathLike, sampling: Sampling | None = None, reduce_to: int | None = None
-) -> tuple[np.ndarray, list[Image.Image]]:
-    """``(times [F], frames)``: the frames shown at the sampled times, as RGB images
-    scaled (down only) so the short side is ``reduce_to``. Decodes sequentially once.
+def iter_frames(
+    path: str | os.PathLike | BinaryIO,
+    sampling: Sampling | None = None,
+    reduce_to: int | None = None,
+    times: Sequence[float] | None = None,
+) -> Iterator[tuple[float, Image.Image]]:
+    """``(time, frame)`` for each sampled time: the frame shown then, as an RGB image
+    scaled (down only) so its short side is ``reduce_to``. Decodes sequentially, once,
+    holding one decoded frame at a time.
 
+    ``times``: these times (increasing) instead of ``sampling``'s.
     Raises :class:`VideoError` for an unreadable or empty video, and
     :class:`~vsekit.images.ImageTooLarge` for frames over the pixel budget.
     """
     av = _av()
     sampling = sampling or Sampling()
-    name = str(path)
+    name = _name(path)
     with _open(av, path) as c:
         if not c.streams.video:
             raise VideoError(f"{name}: no video stream")
@@ -158,30 +172,50 @@ def read_frames(
         if w * h > MAX_PIXELS:
             raise ImageTooLarge(f"{name}: {w}x{h} frames, over the budget of {MAX_PIXELS:,} pixels")
         stream.thread_type = "AUTO"
-        duration = _duration(c, stream)
-        times = sample_times(duration, sampling)
+        if times is None:
+            times = sample_times(_duration(c, stream), sampling)
         out_w, out_h = _size_for(w, h, reduce_to)
-        picked: list = []
-        prev = None
+
+        def image(frame) -> Image.Image:
+            try:
+                return frame.to_image(width=out_w, height=out_h).convert("RGB")
+            except av.FFmpegError as e:
+                raise VideoError(f"{name}: damaged video ({e})") from e
+
+        k, prev = 0, None
         try:
             for frame in c.decode(stream):
                 t = frame.time if frame.time is not None else 0.0
-                while len(picked) < len(times) and t > times[len(picked)] + 1e-6:
-                    picked.append(prev if prev is not None else frame)
-                if len(picked) == len(times):
-                    break
+                while k < len(times) and t > times[k] + 1e-6:
+                    yield float(times[k]), image(prev if prev is not None else frame)
+                    k += 1
+                if k == len(times):
+                    return
                 prev = frame
         except av.FFmpegError as e:
             raise VideoError(f"{name}: damaged video ({e})") from e
-        if prev is None and not picked:
+        if prev is None:
             raise VideoError(f"{name}: no decodable frame")
-        while len(picked) < len(times):  # the last frame is shown until the end
-            picked.append(prev)
-        try:
-            frames = [f.to_image(width=out_w, height=out_h) for f in picked]
-        except av.FFmpegError as e:
-            raise VideoError(f"{name}: damaged video ({e})") from e
-    return times, [im.convert("RGB") for im in frames]
+        while k < len(times):  # the last frame is shown until the end
+            yield float(times[k]), image(prev)
+            k += 1
+
+
+def frame_at(
+    src: str | os.PathLike | BinaryIO, t: float, reduce_to: int | None = None
+) -> Image.Image:
+    """The frame shown at ``t`` seconds (the last one if ``t`` is past the end)."""
+    for _, im in iter_frames(src, reduce_to=reduce_to, times=[max(float(t), 0.0)]):
+        return im
+    raise VideoError(f"{_name(src)}: no decodable frame")
+
+
+def read_frames(
+    path: str | os.PathLike, sampling: Sampling | None = None, reduce_to: int | None = None
+) -> tuple[np.ndarray, list[Image.Image]]:
+    """``(times [F], frames)``: all of :func:`iter_frames` at once."""
+    pairs = list(iter_frames(path, sampling, reduce_to))
+    return np.array([t for t, _ in pairs]), [im for _, im in pairs]
 
 
 def read_audio(
@@ -227,3 +261,64 @@ def segments(
         start = float(s * seconds)
         out.append((start, min(start + seconds, end_all), np.flatnonzero(idx == s)))
     return out
+
+
+@dataclass
+class VideoVectors:
+    """A video's embeddings: one per segment, and the whole clip's."""
+
+    clip: np.ndarray  # [D]
+    segments: np.ndarray  # [S, D]
+    starts: np.ndarray  # [S] seconds
+    ends: np.ndarray  # [S] seconds
+    frames: int  # frames embedded
+    features: np.ndarray | None = None  # [F] mean frame features, when embed gave them
+
+
+def embed_video(
+    path: str | os.PathLike,
+    embed: Callable[[Sequence[Image.Image]], np.ndarray | tuple[np.ndarray, np.ndarray]],
+    sampling: Sampling | None = None,
+    segment_seconds: float = 2.0,
+    reduce_to: int | None = None,
+    batch_size: int = 16,
+    normalize: bool = True,
+) -> VideoVectors:
+    """Embed the sampled frames ``batch_size`` at a time with ``embed`` (images ->
+    ``[n, D]``, or ``([n, D], [n, F] features)``), then average them per segment of
+    ``segment_seconds`` and over the whole clip (re-normalised to unit length when
+    ``normalize``); features, when given, are averaged over the clip."""
+    times, vecs, feats, batch = [], [], [], []
+
+    def run(batch: list) -> None:
+        out = embed(batch)
+        if isinstance(out, tuple):
+            out, f = out
+            feats.append(np.asarray(f, np.float32))
+        vecs.append(np.asarray(out, np.float32))
+
+    for t, im in iter_frames(path, sampling, reduce_to):
+        times.append(t)
+        batch.append(im)
+        if len(batch) == batch_size:
+            run(batch)
+            batch = []
+    if batch:
+        run(batch)
+    v = np.concatenate(vecs)
+
+    def unit(x: np.ndarray) -> np.ndarray:
+        if not normalize:
+            return x
+        return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+    duration = probe(path).duration
+    segs = segments(np.asarray(times), duration, segment_seconds)
+    return VideoVectors(
+        clip=unit(v.mean(0)),
+        segments=unit(np.stack([v[i].mean(0) for _, _, i in segs])),
+        starts=np.array([s for s, _, _ in segs]),
+        ends=np.array([e for _, e, _ in segs]),
+        frames=len(v),
+        features=np.concatenate(feats).mean(0) if feats else None,
+    )

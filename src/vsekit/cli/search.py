@@ -157,7 +157,7 @@ def _model_info(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- vse index
 @command
 def _add_index(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("index", help="embed every image under a folder (incremental)")
+    p = sub.add_parser("index", help="embed every photo and video under a folder (incremental)")
     p.add_argument("folder", help="folder of photos (searched recursively)")
     p.add_argument("--model", default="default", help="model bundle or run (default: shipped)")
     p.add_argument("--index", default=DEFAULT_INDEX, help=f"index directory ({DEFAULT_INDEX})")
@@ -213,6 +213,12 @@ def _index(args: argparse.Namespace) -> int:
     return 0
 
 
+def clock(seconds: float | None) -> str:
+    """``75.5`` -> ``1:15.5`` (a video time as people read it)."""
+    m, s = divmod(float(seconds or 0.0), 60)
+    return f"{int(m)}:{s:04.1f}"
+
+
 # ---------------------------------------------------------------- vse search
 @command
 def _add_search(sub: argparse._SubParsersAction) -> None:
@@ -251,15 +257,16 @@ def _search(args: argparse.Namespace) -> int:
             print(h.path)
     else:
         for h in hits:
-            print(f"{h.score:7.4f}  {h.path}")
+            at = f"  [{clock(h.start)}-{clock(h.end)}]" if h.start is not None else ""
+            print(f"{h.score:7.4f}  {h.path}{at}")
     return 0
 
 
 # ---------------------------------------------------------------- vse annotate
 @command
 def _add_annotate(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("annotate", help="the best captions (and tags) for an image")
-    p.add_argument("image")
+    p = sub.add_parser("annotate", help="the best captions (and tags) for an image or a video")
+    p.add_argument("image", help="a photo, or a video file (by its whole clip)")
     p.add_argument("--model", default="default")
     p.add_argument("--k", type=positive_int, default=5)
     p.add_argument(
@@ -270,10 +277,16 @@ def _add_annotate(sub: argparse._SubParsersAction) -> None:
 
 
 def _annotate(args: argparse.Namespace) -> int:
+    from ..video import is_video
+
     model = _load_model(args.model)
     if not model.captions:
         raise ValueError(f"model {args.model!r} has no caption pool (export it --captions-from)")
-    emb, feats = model.embed_with_features([args.image])
+    if is_video(args.image):  # the whole clip: mean of its frames' embeddings and features
+        v = model.encode_video(args.image, with_features=True)
+        emb, feats = v.clip[None], v.features[None]
+    else:
+        emb, feats = model.embed_with_features([args.image])
     best = model.caption_pool.best(emb, args.k)[0]
     tags = model.tags_from_features(feats, args.tags)[0]
     if args.json:

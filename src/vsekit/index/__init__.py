@@ -6,7 +6,7 @@ from .collection import (
     Hit,
     UpdateReport,
     model_info,
-    scan_images,
+    scan_media,
 )
 from .search import FaissSearcher, exact_search
 
@@ -18,5 +18,5 @@ __all__ = [
     "UpdateReport",
     "exact_search",
     "model_info",
-    "scan_images",
+    "scan_media",
 ]

@@ -1,9 +1,16 @@
-"""A photo collection index: SQLite metadata plus a memory-mapped embedding matrix.
+"""A photo and video collection index: SQLite metadata plus a memory-mapped embedding
+matrix.
 
 Layout of an index directory::
 
-    index.sqlite      meta (model, dim, generation, committed rows), files, failed
+    index.sqlite      meta (model, dim, generation, committed rows), files, segments, failed
     emb-<gen>.f32     float32 rows of ``dim`` columns, append-only within a generation
+
+A photo has one row. A video (:data:`vsekit.video.VIDEO_SUFFIXES`, with the ``[video]``
+extra) has one row for the whole clip (``files.row``, the mean of its frames) and one
+per segment of :data:`SEGMENT_SECONDS` (``segments``: file, row, start, end), from one
+frame every :data:`FRAME_EVERY` seconds. A search ranks files by their best row and
+gives, for a video, the start and end of its best segment.
 
 Crash safety (a ``kill -9`` at any moment leaves a usable index):
 
@@ -54,6 +61,8 @@ from pathlib import Path
 import numpy as np
 
 from ..images import IMAGE_SUFFIXES, ImageError, load_image
+from ..topk import dot_scores
+from ..video import INSTALL_HINT, VIDEO_SUFFIXES, Sampling, embed_video, is_video, video_support
 from .search import FAISS_MIN_ROWS, FaissSearcher, exact_search
 
 INDEX_VERSION = 1
@@ -69,6 +78,13 @@ CREATE TABLE IF NOT EXISTS files (
     mtime_ns INTEGER NOT NULL,
     row INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS segments (
+    file_id INTEGER NOT NULL,
+    row INTEGER NOT NULL,
+    start REAL NOT NULL,
+    end REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS segments_file ON segments (file_id);
 CREATE TABLE IF NOT EXISTS failed (
     path TEXT PRIMARY KEY,
     size INTEGER NOT NULL,
@@ -76,6 +92,11 @@ CREATE TABLE IF NOT EXISTS failed (
     error TEXT NOT NULL
 );
 """
+#: every embedding row in use: files' own rows and their video segments' rows
+ALL_ROWS = "SELECT row FROM files UNION ALL SELECT row FROM segments"
+
+SEGMENT_SECONDS = 2.0  # a video is searchable per segment of this length
+FRAME_EVERY = 1.0  # one frame embedded every this many seconds of video
 
 
 def model_info(model, name: str) -> dict:
@@ -101,6 +122,8 @@ class Hit:
     id: int
     path: str
     score: float
+    start: float | None = None  # videos: the best segment, in seconds
+    end: float | None = None
 
 
 @dataclass
@@ -112,7 +135,7 @@ class UpdateReport:
     moved: int = 0
     unchanged: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)  # (path, error)
-    embedded: int = 0  # images that went through the model
+    embedded: int = 0  # images (and video frames) that went through the model
     seconds: float = 0.0
 
     def summary(self) -> str:
@@ -140,12 +163,12 @@ def _excluded(rel: str, patterns: Sequence[str]) -> bool:
     return any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(name, g) for g in patterns)
 
 
-def scan_images(
+def scan_media(
     root: Path,
     skipped: list[tuple[str, str]] | None = None,
     exclude: Sequence[str] = (),
 ) -> Iterator[tuple[str, int, int]]:
-    """``(absolute path, size, mtime_ns)`` of every regular image file under ``root``,
+    """``(absolute path, size, mtime_ns)`` of every regular image or video file under ``root``,
     sorted. What cannot be indexed is appended to ``skipped`` as ``(path, reason)``: file
     names that are not UTF-8, FIFOs, devices and sockets named like images (never opened,
     so nothing hangs), broken symbolic links and loops, symbolic links to files outside
@@ -153,6 +176,7 @@ def scan_images(
     are not followed."""
     skipped = skipped if skipped is not None else []
     real_root = os.path.realpath(root)
+    videos = video_support()
 
     def unreadable(e: OSError) -> None:
         skipped.append((printable(str(e.filename)), f"unreadable folder ({e.strerror})"))
@@ -160,10 +184,13 @@ def scan_images(
     for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable):
         dirnames.sort()
         for name in sorted(filenames):
-            if not name.lower().endswith(IMAGE_SUFFIXES) or name.startswith("."):
+            if not name.lower().endswith(IMAGE_SUFFIXES + VIDEO_SUFFIXES) or name.startswith("."):
                 continue
             p = os.path.abspath(os.path.join(dirpath, name))
             if exclude and _excluded(os.path.relpath(p, root), exclude):
+                continue
+            if not videos and is_video(name):
+                skipped.append((printable(p), INSTALL_HINT))
                 continue
             try:
                 p.encode("utf-8")
@@ -301,7 +328,8 @@ class Collection:
                 f"{f}: truncated ({size} bytes for {n_rows} rows of {self.dim}); {repair}"
             )
         n, distinct, top = self.db.execute(
-            "SELECT COUNT(*), COUNT(DISTINCT row), COALESCE(MAX(row), -1) FROM files"
+            "SELECT COUNT(*), COUNT(DISTINCT row), COALESCE(MAX(row), -1) "
+            f"FROM ({self._all_rows()})"
         ).fetchone()
         if n != distinct or top >= n_rows:
             raise CollectionError(
@@ -320,12 +348,15 @@ class Collection:
             present = (f.stat().st_size // (self.dim * 4)) if f.is_file() else 0
             keep = min(n_rows, present)
             with self.db:
-                shared = self.db.execute(
-                    "SELECT row FROM files GROUP BY row HAVING COUNT(*) > 1"
+                bad_rows = f"""SELECT row FROM ({ALL_ROWS}) GROUP BY row
+                               HAVING COUNT(*) > 1 OR row >= {int(keep)}"""
+                bad = self.db.execute(
+                    f"""SELECT id FROM files WHERE row IN ({bad_rows}) UNION
+                        SELECT file_id FROM segments WHERE row IN ({bad_rows})"""
                 ).fetchall()
                 n0 = self.db.execute("SELECT COUNT(*) FROM files").fetchone()[0]
-                self.db.executemany("DELETE FROM files WHERE row = ?", shared)
-                self.db.execute("DELETE FROM files WHERE row >= ?", (keep,))
+                self.db.executemany("DELETE FROM segments WHERE file_id = ?", bad)
+                self.db.executemany("DELETE FROM files WHERE id = ?", bad)
                 self._set_meta(rows=keep)
                 dropped = n0 - self.db.execute("SELECT COUNT(*) FROM files").fetchone()[0]
             with open(f, "ab") as fh:
@@ -382,11 +413,26 @@ class Collection:
         self.paths = paths
         self.rows = np.asarray(rows, np.int64)
         self.generation, self.n_rows = gen, n_rows
+        self._id_to_pos = {int(i): k for k, i in enumerate(ids)}
+        seg = self._segments_table()
+        seg = np.array(seg, np.float64).reshape(-1, 4)
+        seg_rows = seg[:, 1].astype(np.int64)
         self.live = np.zeros(n_rows, bool)
         self.live[self.rows] = True
+        self.live[seg_rows] = True
         self.row_to_pos = np.full(n_rows, -1, np.int64)
         self.row_to_pos[self.rows] = np.arange(len(self.rows))
-        self._id_to_pos = {int(i): k for k, i in enumerate(ids)}
+        self.row_to_pos[seg_rows] = [self._id_to_pos[int(i)] for i in seg[:, 0]]
+        self.row_start = np.full(n_rows, np.nan)
+        self.row_end = np.full(n_rows, np.nan)
+        self.row_start[seg_rows], self.row_end[seg_rows] = seg[:, 2], seg[:, 3]
+        # file position -> the rows of its segments
+        seg_pos = self.row_to_pos[seg_rows]
+        order = np.argsort(seg_pos, kind="stable")
+        cuts = np.flatnonzero(np.diff(seg_pos[order])) + 1
+        self.segment_rows = {
+            int(seg_pos[part[0]]): seg_rows[part] for part in np.split(order, cuts) if len(part)
+        }
         f = self._emb_path(gen)
         if n_rows and f.is_file():
             self.emb = np.memmap(f, np.float32, mode="r", shape=(n_rows, self.dim))
@@ -395,6 +441,21 @@ class Collection:
         self._snapshot_key = key
         self._faiss = None
         return True
+
+    def _segments_table(self) -> list[tuple]:
+        """``(file_id, row, start, end)`` of every video segment (none in an index made
+        before videos, opened read-only)."""
+        try:
+            return self.db.execute("SELECT file_id, row, start, end FROM segments").fetchall()
+        except sqlite3.OperationalError:
+            return []
+
+    def _all_rows(self) -> str:
+        """SQL for every row in use (files' and segments')."""
+        has = self.db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'segments'"
+        ).fetchone()
+        return ALL_ROWS if has else "SELECT row FROM files"
 
     def _data_version(self) -> int:
         return self.db.execute("PRAGMA data_version").fetchone()[0]
@@ -476,7 +537,7 @@ class Collection:
             p: (s, m) for p, s, m in self.db.execute("SELECT path, size, mtime_ns FROM failed")
         }
         seen, todo, skipped = set(), [], []
-        for p, size, mtime in scan_images(root, skipped, exclude):
+        for p, size, mtime in scan_media(root, skipped, exclude):
             rep.scanned += 1
             seen.add(p)
             k = known.get(p)
@@ -501,6 +562,10 @@ class Collection:
             self.db.executemany(
                 "UPDATE files SET path = ? WHERE path = ?", [(n, o) for n, o in moves.items()]
             )
+            self.db.executemany(
+                "DELETE FROM segments WHERE file_id IN (SELECT id FROM files WHERE path = ?)",
+                [(p,) for p in gone],
+            )
             self.db.executemany("DELETE FROM files WHERE path = ?", [(p,) for p in gone])
             self.db.executemany("DELETE FROM failed WHERE path = ?", [(p,) for p in gone_failed])
         rep.removed, rep.moved = len(gone), len(moves)
@@ -509,19 +574,31 @@ class Collection:
         if progress and todo:
             from tqdm import tqdm
 
-            bar = tqdm(total=len(todo), desc="index", unit="img")
+            bar = tqdm(total=len(todo), desc="index", unit="file")
+        sampling = Sampling(every=FRAME_EVERY)
         for a in range(0, len(todo), batch_size):
             batch = todo[a : a + batch_size]
-            images, ok, errors = [], [], []
+            images, ok, errors, videos = [], [], [], []
             for p, size, mtime in batch:
                 try:
-                    images.append(load_image(p, reduce_to))
-                    ok.append((p, size, mtime))
+                    if is_video(p):
+                        v = embed_video(p, embed, sampling, SEGMENT_SECONDS, reduce_to,
+                                        batch_size, self.similarity == "cosine")  # fmt: skip
+                        videos.append(((p, size, mtime), v))
+                        rep.embedded += v.frames
+                    else:
+                        images.append(load_image(p, reduce_to))
+                        ok.append((p, size, mtime))
                 except ImageError as e:
                     errors.append((p, size, mtime, str(e)))
             vecs = embed(images) if images else np.zeros((0, self.dim), np.float32)
             rep.embedded += len(images)
-            self._commit_batch(ok, np.asarray(vecs, np.float32), errors, known, rep)
+            vecs = np.asarray(vecs, np.float32).reshape(-1, self.dim)
+            if videos:
+                ok += [f for f, _ in videos]
+                vecs = np.concatenate([vecs, *(v.clip[None] for _, v in videos)])
+            segs = [None] * (len(ok) - len(videos)) + [v for _, v in videos]
+            self._commit_batch(ok, vecs, errors, known, rep, segs)
             if bar is not None:
                 bar.update(len(batch))
             if on_batch is not None:
@@ -533,20 +610,27 @@ class Collection:
         rep.seconds = time.perf_counter() - t0
         return rep
 
-    def _commit_batch(self, ok, vecs, errors, known, rep: UpdateReport) -> None:
+    def _commit_batch(self, ok, vecs, errors, known, rep: UpdateReport, segs=None) -> None:
+        """Append ``vecs`` (one row per file in ``ok``) and, for videos (``segs[j]`` a
+        :class:`~vsekit.video.VideoVectors`), their segment rows after them; then make
+        them reachable in one transaction."""
         if vecs.shape != (len(ok), self.dim):
             raise CollectionError(
                 f"embedder returned {vecs.shape}, expected ({len(ok)}, {self.dim})"
             )
+        segs = segs or [None] * len(ok)
+        extra = [v.segments for v in segs if v is not None]
         meta = self._meta()
         gen, n_rows = int(meta["generation"]), int(meta["rows"])
         f = self._emb_path(gen)
         with open(f, "ab") as fh:
             fh.truncate(n_rows * self.dim * 4)  # drop bytes of an interrupted batch
             fh.seek(0, os.SEEK_END)
-            fh.write(np.ascontiguousarray(vecs).tobytes())
+            for block in (vecs, *extra):
+                fh.write(np.ascontiguousarray(block, np.float32).tobytes())
             fh.flush()
             os.fsync(fh.fileno())
+        next_row = n_rows + len(ok)
         with self.db:
             for j, (p, size, mtime) in enumerate(ok):
                 if p in known:
@@ -554,13 +638,25 @@ class Collection:
                         "UPDATE files SET size = ?, mtime_ns = ?, row = ? WHERE path = ?",
                         (size, mtime, n_rows + j, p),
                     )
+                    file_id = known[p][0]
+                    self.db.execute("DELETE FROM segments WHERE file_id = ?", (file_id,))
                     rep.updated += 1
                 else:
-                    self.db.execute(
+                    cur = self.db.execute(
                         "INSERT INTO files (path, size, mtime_ns, row) VALUES (?, ?, ?, ?)",
                         (p, size, mtime, n_rows + j),
                     )
+                    file_id = cur.lastrowid
                     rep.added += 1
+                v = segs[j]
+                if v is not None:
+                    rows = range(next_row, next_row + len(v.segments))
+                    self.db.executemany(
+                        "INSERT INTO segments (file_id, row, start, end) VALUES (?, ?, ?, ?)",
+                        [(file_id, r, float(s), float(e))
+                         for r, s, e in zip(rows, v.starts, v.ends, strict=True)],
+                    )  # fmt: skip
+                    next_row += len(v.segments)
                 self.db.execute("DELETE FROM failed WHERE path = ?", (p,))
             for p, size, mtime, err in errors:
                 self.db.execute(
@@ -569,7 +665,7 @@ class Collection:
                     (p, size, mtime, err),
                 )
                 rep.failed.append((p, err))
-            self._set_meta(rows=n_rows + len(ok))
+            self._set_meta(rows=next_row)
 
     def compact(self, min_garbage: int = 1024) -> bool:
         """Rewrite the embeddings without dead rows when they outnumber the live ones
@@ -600,7 +696,9 @@ class Collection:
         for stray in self.path.glob("emb-*.f32"):
             if stray.name != self._emb_path(gen).name:
                 stray.unlink(missing_ok=True)
-        live = self.db.execute("SELECT id, row FROM files ORDER BY id").fetchall()
+        live = self.db.execute(
+            "SELECT 'f', id, row FROM files UNION ALL SELECT 's', rowid, row FROM segments"
+        ).fetchall()
         garbage = n_rows - len(live)
         if garbage < max(min_garbage, len(live)):
             return False
@@ -608,14 +706,20 @@ class Collection:
         new_path = self._emb_path(gen + 1)
         with open(new_path, "wb") as fh:
             for a in range(0, len(live), 65_536):
-                rows = [r for _, r in live[a : a + 65_536]]
+                rows = [r for _, _, r in live[a : a + 65_536]]
                 fh.write(np.ascontiguousarray(old[rows]).tobytes())
             fh.flush()
             os.fsync(fh.fileno())
         del old
         with self.db:
+            new_rows = [(t, j, i) for j, (t, i, _) in enumerate(live)]
             self.db.executemany(
-                "UPDATE files SET row = ? WHERE id = ?", [(j, i) for j, (i, _) in enumerate(live)]
+                "UPDATE files SET row = ? WHERE id = ?",
+                [(j, i) for t, j, i in new_rows if t == "f"],
+            )
+            self.db.executemany(
+                "UPDATE segments SET row = ? WHERE rowid = ?",
+                [(j, i) for t, j, i in new_rows if t == "s"],
             )
             self._set_meta(generation=gen + 1, rows=len(live))
         self._emb_path(gen).unlink(missing_ok=True)
@@ -625,7 +729,8 @@ class Collection:
     def search(
         self, queries: np.ndarray, k: int = 20, method: str = "auto", score_fn=None
     ) -> list[list[Hit]]:
-        """Top-k files for each query vector ``[Q, dim]``.
+        """Top-k files for each query vector ``[Q, dim]``, a file scoring its best row;
+        a video hit carries the start and end of its best segment.
 
         ``method``: ``exact`` (one chunked matrix product), ``faiss`` (IVF, built on first
         use and kept until the index changes) or ``auto`` (FAISS from
@@ -641,22 +746,69 @@ class Collection:
                 raise CollectionError("FAISS search needs a dot-product (cosine) model")
             if self._faiss is None:
                 self._faiss = self._faiss_searcher()
-            scores, rows = self._faiss.search(q, k)
+
+            def top_rows(k_rows: int):
+                return self._faiss.search(q, k_rows)
         elif method == "exact":
             kw = {} if dot else {"score_fn": score_fn}
-            scores, rows = exact_search(self.emb, q, k, self.live, **kw)
+
+            def top_rows(k_rows: int):
+                return exact_search(self.emb, q, k_rows, self.live, **kw)
         else:
             raise ValueError(f"unknown search method {method!r}; use auto | exact | faiss")
-        out = []
-        for srow, rrow in zip(scores, rows, strict=True):
-            hits = []
-            for s, r in zip(srow, rrow, strict=True):
-                if r < 0:
-                    continue
-                pos = self.row_to_pos[r]
-                hits.append(Hit(int(self.ids[pos]), self.paths[pos], float(s)))
-            out.append(hits)
-        return out
+        n_live = int(self.live.sum())
+        # a file can own several rows (a video's segments): ask for more rows until k
+        # distinct files are found or every row has been ranked
+        k_rows = min(k, n_live) if not self.segment_rows else min(4 * k + 16, n_live)
+        while True:
+            scores, rows = top_rows(max(k_rows, 1))
+            out = [self._hits(srow, rrow, k) for srow, rrow in zip(scores, rows, strict=True)]
+            if k_rows >= n_live or all(len(h) >= k for h in out):
+                break
+            k_rows = min(2 * k_rows, n_live)
+        return [
+            [self._with_best_segment(h, qv, score_fn) for h in hits]
+            for hits, qv in zip(out, q, strict=True)
+        ]
+
+    def _hits(self, scores: np.ndarray, rows: np.ndarray, k: int) -> list[Hit]:
+        """The first ``k`` distinct files of a ranked row list (a file's best row)."""
+        hits, seen = [], set()
+        for s, r in zip(scores, rows, strict=True):
+            if r < 0:
+                continue
+            pos = int(self.row_to_pos[r])
+            if pos in seen:
+                continue
+            seen.add(pos)
+            start, end = self.row_start[r], self.row_end[r]
+            hits.append(
+                Hit(int(self.ids[pos]), self.paths[pos], float(s),
+                    None if np.isnan(start) else float(start),
+                    None if np.isnan(end) else float(end))
+            )  # fmt: skip
+            if len(hits) == k:
+                break
+        return hits
+
+    def _with_best_segment(self, hit: Hit, query: np.ndarray, score_fn=None) -> Hit:
+        """A video hit ranked by its whole-clip row gets its best segment's times."""
+        pos = self._id_to_pos[hit.id]
+        rows = self.segment_rows.get(pos)
+        if rows is None or hit.start is not None:
+            return hit
+        emb = np.asarray(self.emb[rows])
+        score = score_fn or dot_scores
+        s = np.asarray(score(emb, query[None])).reshape(-1)
+        best = int(rows[int(np.argmax(s))])
+        return Hit(hit.id, hit.path, hit.score, float(self.row_start[best]),
+                   float(self.row_end[best]))  # fmt: skip
+
+    def segments_of(self, file_id: int) -> list[tuple[float, float]]:
+        """``[(start, end)]`` of an indexed video's segments (empty for a photo)."""
+        pos = self._id_to_pos.get(int(file_id))
+        rows = self.segment_rows.get(pos, np.zeros(0, np.int64)) if pos is not None else []
+        return [(float(self.row_start[r]), float(self.row_end[r])) for r in sorted(rows)]
 
     def _faiss_searcher(self) -> FaissSearcher:
         """The FAISS index of the current state, read from disk if it was built before

@@ -20,6 +20,7 @@ from PIL import Image
 
 from ..features.fne import FNEStats
 from ..features.kinds import FEATURE_KINDS
+from ..video import Sampling, VideoVectors, embed_video, is_video
 from ..views import decode_size
 
 BUNDLE_VERSION = 1
@@ -281,10 +282,49 @@ class BaseModel:
             self._pool = CaptionPool(self)
         return self._pool
 
+    def encode_video(
+        self,
+        path: str | os.PathLike,
+        every: float = 1.0,
+        segment_seconds: float = 2.0,
+        batch_size: int = 16,
+        with_features: bool = False,
+    ) -> VideoVectors:
+        """A video file -> its embeddings: one frame every ``every`` seconds goes through
+        the photo path, then the frames' unit embeddings are averaged per segment of
+        ``segment_seconds`` and over the clip (:func:`vsekit.video.embed_video`).
+        ``with_features``: also the clip's mean image features (for tags).
+        Needs the ``[video]`` extra."""
+
+        def embed(frames):
+            if with_features:
+                return self.embed_with_features(frames)
+            return self.encode_image(frames, batch_size=batch_size)
+
+        cosine = self.similarity_name == "cosine"
+        return embed_video(path, embed, Sampling(every=every), segment_seconds,
+                           self.decode_size, batch_size, cosine)  # fmt: skip
+
+    def _embed_media(self, items: Sequence[ImageInput]) -> np.ndarray:
+        """``[N, D]``: photos as :meth:`encode_image`, video files by their clip vector."""
+        videos = [
+            k for k, x in enumerate(items) if isinstance(x, str | os.PathLike) and is_video(x)
+        ]
+        if not videos:
+            return self.encode_image(items)
+        out = np.zeros((len(items), self.embed_dim), np.float32)
+        photos = [k for k in range(len(items)) if k not in set(videos)]
+        if photos:
+            out[photos] = self.encode_image([items[k] for k in photos])
+        for k in videos:
+            out[k] = self.encode_video(items[k]).clip
+        return out
+
     def annotate(self, images: ImageInput | Sequence[ImageInput], k: int = 5):
-        """The ``k`` best captions of the model's pool for each image, with scores."""
+        """The ``k`` best captions of the model's pool for each image or video file
+        (a video by its whole-clip embedding), with scores."""
         items, single = _as_list(images)
-        emb = self.encode_image(items)
+        emb = self._embed_media(items)
         best = self.caption_pool.best(emb, k)
         return best[0] if single else best
 

@@ -2,11 +2,13 @@
 
 Endpoints (OpenAPI docs at ``/docs``):
 
-* ``GET /search?q=&k=``: photos for a text query;
+* ``GET /search?q=&k=``: photos and videos for a text query (a video hit names the
+  ``start`` and ``end`` of its best segment, in seconds);
 * ``POST /search/image``: photos similar to an uploaded image (multipart ``file``);
 * ``POST /annotate``: best captions for an uploaded image;
 * ``GET /annotate/{id}``: the same for an indexed image (from its stored embedding);
-* ``GET /images/{id}``, ``GET /thumbs/{id}``: an indexed file or its thumbnail, by id only;
+* ``GET /images/{id}``, ``GET /thumbs/{id}?t=``: an indexed file (byte ranges, so video
+  players can seek) or its thumbnail (a video's frame at ``t`` seconds), by id only;
 * ``GET /health``;
 * ``GET /``: the web page.
 
@@ -48,6 +50,7 @@ from ..index.query import (
     search_vector,
 )
 from ..runtime import BaseModel
+from ..video import frame_at, is_video
 from .guard import GuardConfig, add_guards
 
 BACKBONE_SLOTS = 2
@@ -70,14 +73,39 @@ def _display_path(path: str, roots: list[str]) -> str:
 
 
 def _hit_json(h: Hit, roots: list[str] | None) -> dict:
-    return {
+    out = {
         "id": h.id,
         "path": h.path if roots is None else _display_path(h.path, roots),
         "name": Path(h.path).name,
         "score": round(h.score, 6),
         "image": f"/images/{h.id}",
         "thumb": f"/thumbs/{h.id}",
+        "video": h.start is not None,
     }
+    if h.start is not None:  # the best segment of a video; its thumbnail is that frame
+        out.update(start=h.start, end=h.end, thumb=f"/thumbs/{h.id}?t={h.start:g}")
+    return out
+
+
+def _byte_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """``(first, last)`` of a single ``Range: bytes=`` request (what players send to
+    seek), None for no header; ApiError 416 for one this file cannot satisfy."""
+    if not header:
+        return None
+    unit, _, spec = header.partition("=")
+    first, sep, last = spec.strip().partition("-")
+    try:
+        if unit.strip() != "bytes" or not sep or "," in spec:
+            raise ValueError
+        if first == "":  # the last N bytes
+            a, b = max(size - int(last), 0), size - 1
+        else:
+            a, b = int(first), min(int(last), size - 1) if last else size - 1
+    except ValueError:
+        raise ApiError(416, f"Range: {header[:60]!r} is not a single byte range") from None
+    if a < 0 or a > b or a >= size:
+        raise ApiError(416, f"Range: {header[:60]!r} is outside the file ({size} bytes)")
+    return a, b
 
 
 def create_app(
@@ -215,7 +243,9 @@ def create_app(
         if emb is None:
             raise ApiError(404, f"id: no indexed image {file_id}")
         feats = None
-        if model.tagger is not None:  # tags need the image features, not stored: recompute
+        with lock:
+            clip = is_video(coll.path_of(file_id) or "")
+        if model.tagger is not None and not clip:  # tags need the features: recompute
             with open_indexed(file_id) as fh:
                 im = decode(fh, f"id: image {file_id}", model.decode_size)
             with backbone_slots:
@@ -223,30 +253,57 @@ def create_app(
         return annotation(emb, k, feats)
 
     @app.get("/images/{file_id}")
-    def image(file_id: int) -> StreamingResponse:
+    def image(file_id: int, request: Request) -> StreamingResponse:
+        """The indexed file; a single byte range (206) lets video players seek."""
         fh = open_indexed(file_id)
         size = os.fstat(fh.fileno()).st_size
         with lock:
             name = coll.path_of(file_id) or ""
         kind = mimetypes.guess_type(name)[0] or "application/octet-stream"
+        try:
+            span = _byte_range(request.headers.get("range"), size)
+        except ApiError:
+            fh.close()
+            raise
+        first, last = span or (0, size - 1)
+        fh.seek(first)
 
         def chunks():
+            left = last - first + 1
             with fh:
-                while block := fh.read(1 << 16):
+                while left > 0 and (block := fh.read(min(1 << 16, left))):
+                    left -= len(block)
                     yield block
 
-        headers = {"Content-Length": str(size), "X-Content-Type-Options": "nosniff"}
-        return StreamingResponse(chunks(), media_type=kind, headers=headers)
+        headers = {
+            "Content-Length": str(last - first + 1),
+            "Accept-Ranges": "bytes",
+            "X-Content-Type-Options": "nosniff",
+        }
+        if span is None:
+            return StreamingResponse(chunks(), media_type=kind, headers=headers)
+        headers["Content-Range"] = f"bytes {first}-{last}/{size}"
+        return StreamingResponse(chunks(), status_code=206, media_type=kind, headers=headers)
 
     @app.get("/thumbs/{file_id}")
-    def thumb(file_id: int) -> Response:
+    def thumb(file_id: int, t: Annotated[float, Query(ge=0, le=1e6)] = 0.0) -> Response:
+        """A JPEG thumbnail; for a video, of the frame shown at ``t`` seconds."""
         with open_indexed(file_id) as fh:
             st = os.fstat(fh.fileno())
-            key = (file_id, st.st_size, st.st_mtime_ns)
+            with lock:
+                is_clip = is_video(coll.path_of(file_id) or "")
+            key = (file_id, st.st_size, st.st_mtime_ns, t if is_clip else 0.0)
             with thumbs_lock:
                 data = thumbs.get(key)
-            if data is None:
+            if data is None and is_clip:
+                try:
+                    with backbone_slots:  # decoding a video frame costs like a forward
+                        im = frame_at(fh, t, 2 * THUMB_SIZE)
+                except ImageError as e:
+                    raise ApiError(415, f"id: video {file_id} is not readable") from e
+            elif data is None:
                 im = decode(fh, f"id: image {file_id}", 2 * THUMB_SIZE)
+            if data is None:
                 im.thumbnail((THUMB_SIZE, THUMB_SIZE))
                 buf = io.BytesIO()
                 im.save(buf, "JPEG", quality=85)

@@ -235,8 +235,8 @@ def test_browser_plays_a_video_hit_from_its_segment(served, tmp_path):
         time.sleep(0.05)
     try:
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                         args=["--autoplay-policy=no-user-gesture-required"])  # fmt: skip
+            autoplay = ["--autoplay-policy=no-user-gesture-required"]
+            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=autoplay)
             page = browser.new_page()
             page.goto(f"http://127.0.0.1:{port}/")
             page.fill("#q", "a boat")

@@ -73,6 +73,15 @@ def _add_model(sub: argparse._SubParsersAction) -> None:
     ox.add_argument(
         "--calibration-method", choices=("minmax", "percentile", "entropy"), default="minmax"
     )
+    ox.add_argument(
+        "--keep-float",
+        choices=("none", "stem", "head", "stem-head"),
+        default="none",
+        help="int8: leave the first convolution (stem) and/or the projection (head) in float",
+    )
+    ox.add_argument(
+        "--moving-average", action="store_true", help="int8 minmax: moving-average ranges"
+    )
     ox.set_defaults(handler=_model_onnx)
     i = msub.add_parser("info", help="what a model is, how it was trained and its dev metrics")
     i.add_argument("model", nargs="?", default="default")
@@ -137,6 +146,8 @@ def _model_onnx(args: argparse.Namespace) -> int:
         storage=args.storage,
         calibration=calibration,
         calibration_method=args.calibration_method,
+        keep_float=args.keep_float,
+        moving_average=args.moving_average,
     )
     for name in meta["sha256"]:
         size = (model.path / name).stat().st_size / 1e6

@@ -117,7 +117,7 @@ def load_dataset(path: str | Path, format: str | None = None, **kwargs) -> Datas
 
     Extra keyword arguments go to the source's loader (e.g. ``fold_restval=False``).
     """
-    path = Path(path)
+    path = Path(path).expanduser()
     fmt = format or detect_format(path)
     if fmt not in SOURCES:
         raise DatasetError(f"unknown dataset format {fmt!r}; known: {', '.join(list_sources())}")

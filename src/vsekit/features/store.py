@@ -221,6 +221,8 @@ class FeatureStore:
             "baseline_dim": m["baseline_dim"],
             "rmac_dim": m.get("rmac_dim"),
             "fne": m.get("fne"),
+            "video": m.get("video"),
+            "audio": m.get("audio"),
             "failed": m.get("failed", 0),
             "extract_seconds": m.get("extract_seconds"),
             "runs": m.get("runs", []),

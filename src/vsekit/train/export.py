@@ -34,6 +34,11 @@ def model_from_run(run: str | Path, which: str = "best", store: str | None = Non
     run = Path(run)
     model, meta = load_run(run, which)
     data = meta["config"]["data"]
+    if data["features"].endswith("+audio"):
+        raise ModelError(
+            f"{run}: trained on visual+audio features ({data['features']}); a bundle embeds "
+            "images and video frames only, so export a run on visual features"
+        )
     fs = FeatureStore(Path(store or data["store"]).expanduser())
     if meta.get("store_fingerprint") and fs.fingerprint() != meta["store_fingerprint"]:
         raise ModelError(

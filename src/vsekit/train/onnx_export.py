@@ -117,10 +117,18 @@ def quantize_image_int8(
     size: int,
     batch: int = 8,
     method: str = "minmax",
-) -> None:
+    keep_float: str = "none",
+    moving_average: bool = False,
+) -> list[str]:
     """Static int8 quantisation of the image graph with ONNX Runtime's own tools: QDQ,
-    per-channel int8 weights, uint8 activations whose ranges are calibrated (MinMax) on
-    ``calibration`` images (paths; use training images, never the evaluation split)."""
+    per-channel int8 weights, uint8 activations whose ranges are calibrated (``method``)
+    on ``calibration`` images (paths; use training images, never the evaluation split).
+
+    ``keep_float``: nodes left in float, the usual remedy for quantisation's accuracy
+    cost: ``stem`` (the first convolution, which sees raw pixels), ``head`` (the
+    projection's matrix products), ``stem-head`` (both) or ``none``.
+    ``moving_average``: MinMax ranges as a moving average over calibration batches
+    instead of the extreme values. Returns the names of the nodes kept in float."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
         CalibrationMethod,
@@ -145,11 +153,32 @@ def quantize_image_int8(
 
     methods = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
                "entropy": CalibrationMethod.Entropy}  # fmt: skip
+    excluded = float_nodes(fp32_model, keep_float)
     quantize_static(
         str(fp32_model), str(out), Reader(), quant_format=QuantFormat.QDQ,
         per_channel=True, weight_type=QuantType.QInt8, activation_type=QuantType.QUInt8,
-        calibrate_method=methods[method],
+        calibrate_method=methods[method], nodes_to_exclude=excluded,
+        extra_options={"CalibMovingAverage": moving_average},
     )  # fmt: skip
+    return excluded
+
+
+KEEP_FLOAT = ("none", "stem", "head", "stem-head")
+
+
+def float_nodes(model_path: Path, keep: str) -> list[str]:
+    """Names of the nodes ``keep`` (see :func:`quantize_image_int8`) leaves in float."""
+    if keep not in KEEP_FLOAT:
+        raise ValueError(f"keep_float: use {' | '.join(KEEP_FLOAT)}, not {keep!r}")
+    import onnx
+
+    nodes = list(onnx.load(str(model_path), load_external_data=False).graph.node)
+    out = []
+    if "stem" in keep:
+        out.append(next(n.name for n in nodes if n.op_type == "Conv"))
+    if "head" in keep:
+        out += [n.name for n in nodes if n.op_type in ("MatMul", "Gemm")]
+    return out
 
 
 def _sha256(path: Path) -> str:
@@ -163,6 +192,8 @@ def export_onnx(
     storage: str = "fp16",
     calibration: list | None = None,
     calibration_method: str = "minmax",
+    keep_float: str = "none",
+    moving_average: bool = False,
 ) -> dict:
     """Write ``image.onnx``, ``text.onnx`` and ``onnx.json`` into the bundle ``out``.
     ``storage``: ``fp16`` / ``fp32`` weights, or ``int8`` (the image graph quantised
@@ -176,7 +207,8 @@ def export_onnx(
     views = torch.randint(0, 255, (2, crops, 3, size, size), dtype=torch.uint8)
     ids = torch.tensor([[3, 4, 5, 0], [6, 7, 0, 0]], dtype=torch.long)
     lengths = torch.tensor([3, 2], dtype=torch.long)
-    files = {}
+    files: dict[str, str] = {}
+    kept: list[str] = []
     graphs = [
         ("image", image, (views,), ["views"], ["embedding", "features"],
          {"views": {0: "n"}, "embedding": {0: "n"}, "features": {0: "n"}}),
@@ -201,9 +233,10 @@ def export_onnx(
                 fp32 = tmp.with_name(tmp.name + ".fp32.onnx")
                 tmp.rename(fp32)
                 try:
-                    quantize_image_int8(
-                        fp32, tmp, calibration, crops, size, method=calibration_method
-                    )
+                    kept[:] = quantize_image_int8(
+                        fp32, tmp, calibration, crops, size, method=calibration_method,
+                        keep_float=keep_float, moving_average=moving_average,
+                    )  # fmt: skip
                 finally:
                     fp32.unlink(missing_ok=True)
 
@@ -212,6 +245,8 @@ def export_onnx(
     meta = {"opset": ONNX_OPSET, "storage": storage, "sha256": files,
             "embed_dim": vse.embed_dim, "model_fingerprint": vse.fingerprint,
             "calibration_images": len(calibration or []),
-            "calibration_method": calibration_method if storage == "int8" else None}  # fmt: skip
+            "calibration_method": calibration_method if storage == "int8" else None,
+            "float_nodes": kept if storage == "int8" else None,
+            "moving_average": moving_average if storage == "int8" else None}  # fmt: skip
     atomic_write(out / "onnx.json", json.dumps(meta, indent=2) + "\n")
     return meta

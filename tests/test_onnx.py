@@ -92,3 +92,50 @@ def test_onnx_files_are_verified(bundles):
         (path / "text.onnx").write_bytes(data)
     with pytest.raises(ValueError, match="backend: use auto | onnx | torch"):
         vsekit.load_model(path, backend="tf")
+
+
+@pytest.mark.slow
+def test_int8_image_graph_against_the_fp32_reference(tmp_path, flickr8k_root_module):
+    """The quantised fast path (static QDQ, calibrated on train images) against fp32 on
+    dev images it never saw; it is its own encoder: another fingerprint, recorded by an
+    index, and an index built with it reopens with it."""
+    from vsekit.data import load_dataset
+    from vsekit.index import Collection, model_info
+    from vsekit.index.query import open_collection
+    from vsekit.train.onnx_export import export_onnx
+
+    ds = load_dataset(flickr8k_root_module)
+    calib = [im.path for im in ds.split("train").images[::500]]  # 12 train images
+    out = tmp_path / "default"
+    shutil.copytree(default_model_dir(), out)
+    meta = export_onnx(vsekit.VSEModel.load(out, device="cpu"), out, calibration=calib,
+                       keep_float="stem")  # fmt: skip
+    assert meta["int8"]["calibration_images"] == 12 and meta["int8"]["float_nodes"]
+    fp32 = vsekit.load_model(out, backend="onnx")  # the bundle's default: fp32 here
+    int8 = vsekit.load_model(out, backend="onnx", precision="int8")
+    assert (fp32.precision, int8.precision) == ("fp32", "int8")
+    dev = [im.path for im in ds.split("dev").images[:16]]
+    a, b = fp32.encode_image(dev), int8.encode_image(dev)
+    cos = (a * b).sum(1)
+    assert cos.mean() >= 0.99 and cos.min() >= 0.97, cos
+    # nearest neighbours among them are mostly kept, and text is untouched
+    assert ((a @ a.T).argsort(1)[:, -2] == (b @ b.T).argsort(1)[:, -2]).mean() >= 0.75
+    np.testing.assert_array_equal(fp32.encode_text("a dog"), int8.encode_text("a dog"))
+    assert int8.fingerprint != fp32.fingerprint
+    with pytest.raises(vsekit.ModelError, match="ONNX Runtime only"):
+        vsekit.load_model(out, backend="torch", precision="int8")
+    # an index built with int8 reopens with int8, not with the bundle's fp32 default
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for p in dev[:3]:
+        shutil.copy(p, photos / p.name)
+    coll = Collection(tmp_path / "idx", model_info(int8, str(out)))
+    coll.update(photos, int8.encode_image, progress=False)
+    assert len(coll) == 3
+    _, reopened = open_collection(tmp_path / "idx")
+    assert reopened.precision == "int8" and reopened.fingerprint == coll.fingerprint
+    # a bundle re-exported without calibration drops the stale int8 graph
+    export_onnx(vsekit.VSEModel.load(out, device="cpu"), out)
+    assert not (out / "image.int8.onnx").exists()
+    with pytest.raises(vsekit.ModelError, match="no int8 image graph"):
+        vsekit.load_model(out, backend="onnx", precision="int8")

@@ -63,10 +63,18 @@ def _add_model(sub: argparse._SubParsersAction) -> None:
     ox.add_argument("bundle", help="model bundle directory, or 'default'")
     ox.add_argument(
         "--storage",
-        choices=("fp16", "fp32", "int8"),
+        choices=("fp16", "fp32"),
         default="fp16",
-        help="weights: fp16 (stored half, computed fp32), fp32, or int8 (static quantisation "
-        "of the image graph, calibrated on --calibrate)",
+        help="weights: fp16 (stored half, computed fp32) or fp32",
+    )
+    ox.add_argument(
+        "--int8",
+        action="store_true",
+        help="also image.int8.onnx: the image graph quantised statically (ONNX Runtime), "
+        "calibrated on --calibrate; load_model(precision='int8') runs it",
+    )
+    ox.add_argument(
+        "--int8-default", action="store_true", help="make the int8 image graph the default"
     )
     ox.add_argument("--calibrate", help="dataset whose train split calibrates int8")
     ox.add_argument("--calibration-images", type=positive_int, default=200)
@@ -82,10 +90,51 @@ def _add_model(sub: argparse._SubParsersAction) -> None:
     ox.add_argument(
         "--moving-average", action="store_true", help="int8 minmax: moving-average ranges"
     )
+    ox.add_argument(
+        "--preprocess",
+        action="store_true",
+        help="int8: ONNX Runtime's quant_pre_process first (fold batch norms, fuse)",
+    )
     ox.set_defaults(handler=_model_onnx)
+    ev = msub.add_parser(
+        "expand-vocab",
+        help="give words the captions never used vectors: a linear map from GloVe into the "
+        "model's word space (Kiros et al. 2014)",
+    )
+    ev.add_argument("bundle", help="model bundle directory, or 'default'")
+    ev.add_argument("--top", type=positive_int, default=100_000,
+                    help="add the N most frequent GloVe words the vocabulary lacks")  # fmt: skip
+    ev.add_argument("--ridge", type=float, default=1e-2, help="L2 penalty of the fitted map")
+    ev.set_defaults(handler=_model_expand_vocab)
     i = msub.add_parser("info", help="what a model is, how it was trained and its dev metrics")
     i.add_argument("model", nargs="?", default="default")
     i.set_defaults(handler=_model_info)
+
+
+def _model_expand_vocab(args: argparse.Namespace) -> int:
+    from ..runtime import VSEModel
+    from ..text.expansion import expand_vocabulary
+    from ..text.glove import load_glove
+    from ..train.onnx_export import export_onnx
+
+    model = VSEModel.load(args.bundle, device="cpu")
+    if model.expansion is not None:
+        raise ValueError(f"{model.path}: the vocabulary is already expanded")
+    enc = model.model.text
+    index, vectors = load_glove()
+    table = enc.embed.weight.detach().cpu().numpy()
+    exp = expand_vocabulary(enc.vocab, table, index, vectors, args.top, args.ridge)
+    had_onnx = (model.path / "onnx.json").is_file()
+    model.expand_vocabulary(exp.words, exp.vectors, exp.info)
+    model.save(model.path)
+    if had_onnx:  # the text graph holds the word table: make it again (fp16)
+        export_onnx(VSEModel.load(model.path, device="cpu"), model.path)
+    print(
+        f"{model.path}: {len(exp.words):,} words added (map fitted on {exp.info['fitted_on']:,} "
+        f"training words, held-out R^2 {exp.info['r2_held_out']:.3f})"
+        + ("; ONNX files re-made (fp16; add --int8 again if you used it)" if had_onnx else "")
+    )
+    return 0
 
 
 def _model_export(args: argparse.Namespace) -> int:
@@ -132,9 +181,11 @@ def _model_onnx(args: argparse.Namespace) -> int:
 
     model = VSEModel.load(args.bundle, device="cpu")
     calibration = None
-    if args.storage == "int8":
+    if args.int8_default and not args.int8:
+        raise ValueError("--int8-default needs --int8")
+    if args.int8:
         if not args.calibrate:
-            raise ValueError("--storage int8 needs --calibrate DATASET (its train split)")
+            raise ValueError("--int8 needs --calibrate DATASET (its train split)")
         from ..data import load_dataset
 
         train = load_dataset(args.calibrate).split("train")
@@ -148,6 +199,8 @@ def _model_onnx(args: argparse.Namespace) -> int:
         calibration_method=args.calibration_method,
         keep_float=args.keep_float,
         moving_average=args.moving_average,
+        preprocess=args.preprocess,
+        int8_default=args.int8_default,
     )
     for name in meta["sha256"]:
         size = (model.path / name).stat().st_size / 1e6

@@ -74,6 +74,15 @@ class Vocabulary:
             ids = [self.stoi[START], *ids, self.stoi[END]]
         return ids
 
+    def extended(self, words: Sequence[str]) -> Vocabulary:
+        """This vocabulary with ``words`` appended (a vocabulary expansion): every
+        existing word keeps its id; words already present are an error."""
+        dup = [w for w in words if w in self.stoi]
+        if dup:
+            raise ValueError(f"expansion words already in the vocabulary: {dup[:5]}")
+        base = self.itos[len(self.specials) :]
+        return Vocabulary([*base, *words], self.specials, self.counts)
+
     def decode(self, ids: Iterable[int]) -> list[str]:
         return [self.itos[i] for i in ids]
 

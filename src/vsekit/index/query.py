@@ -3,11 +3,12 @@ in, with the model's own similarity and the same input checks everywhere."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 
-from ..runtime import BaseModel, load_model
+from ..runtime import BaseModel, ModelError, load_model
 from .collection import Collection, Hit, model_info
 
 MAX_QUERY_CHARS = 500
@@ -83,6 +84,16 @@ def open_collection(
     coll = Collection(index)
     name = model_name or coll.model_name
     model = load_model(name, device=device)
+    asked = os.environ.get("VSEKIT_PRECISION")
+    if model.fingerprint != coll.fingerprint and model.backend == "onnx" and not asked:
+        # built with the bundle's other image precision (fp32 / int8)? that is its model
+        other = "fp32" if model.precision == "int8" else "int8"
+        try:
+            alt = load_model(name, device=device, backend="onnx", precision=other)
+        except ModelError:
+            alt = None
+        if alt is not None and alt.fingerprint == coll.fingerprint:
+            model = alt
     if model.fingerprint != coll.fingerprint:
         Collection(index, model_info(model, name))  # raises with the explanation
     return coll, model

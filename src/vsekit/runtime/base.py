@@ -50,12 +50,16 @@ def bundle_dir(name: str | os.PathLike) -> Path:
     return path
 
 
+EXPANSION_WORDS, EXPANSION_VECTORS = "expansion.txt", "expansion.safetensors"
+
+
 def read_bundle_extras(path: Path, info: dict) -> dict[str, Any]:
     """The parts of a bundle every backend reads: FNE statistics, caption pool, tagger
     (``W``, tag names, shipped tag word vectors)."""
     from safetensors.numpy import load_file
 
-    out: dict[str, Any] = {"fne_stats": None, "captions": None, "tagger": None, "tag_table": None}
+    out: dict[str, Any] = {"fne_stats": None, "captions": None, "tagger": None, "tag_table": None,
+                           "expansion": None}  # fmt: skip
     if (path / "fne_stats.safetensors").is_file():
         t = load_file(path / "fne_stats.safetensors")
         out["fne_stats"] = FNEStats(t["mean"], t["std"], int(info["image"]["fne"]["n_fit"]))
@@ -67,6 +71,12 @@ def read_bundle_extras(path: Path, info: dict) -> dict[str, Any]:
         out["tagger"] = (t["W"].astype(np.float32), names)
         if "vectors" in t:
             out["tag_table"] = (t["vectors"].astype(np.float32), t["known"].astype(bool).tolist())
+    if (path / EXPANSION_WORDS).is_file():  # a vocabulary expansion (vsekit.text.expansion)
+        words = (path / EXPANSION_WORDS).read_text(encoding="utf-8").splitlines()
+        vectors = load_file(path / EXPANSION_VECTORS)["vectors"].astype(np.float32)
+        if len(words) != len(vectors):
+            raise ModelError(f"{path}: {len(words)} expansion words for {len(vectors)} vectors")
+        out["expansion"] = (words, vectors)
     return out
 
 
@@ -107,6 +117,7 @@ class BaseModel:
     """The public model API over one bundle (see :func:`vsekit.load_model`)."""
 
     backend = "base"
+    precision = "fp32"  # of the image encoder (ONNX Runtime may run int8)
 
     def __init__(
         self,
@@ -165,6 +176,7 @@ class BaseModel:
             "fingerprint": self.fingerprint,
             "dim": self.embed_dim,
             "similarity": self.similarity_name,
+            "precision": self.precision,
             "backbone": self.info["image"]["backbone"],
             "weights_sha256": self.info["image"].get("weights_sha256"),
         }

@@ -19,6 +19,7 @@ def load_model(
     name_or_path: str | os.PathLike = DEFAULT_MODEL,
     device: str | None = None,
     backend: str | None = None,
+    precision: str | None = None,
 ) -> BaseModel:
     """A model by name (:func:`list_models`) or a bundle directory.
 
@@ -27,8 +28,13 @@ def load_model(
     ONNX when the bundle has its ONNX files and onnxruntime is installed, else PyTorch.
     ``None`` reads ``$VSEKIT_BACKEND`` (default ``auto``). The model's ``backend``
     attribute says which one runs.
+
+    ``precision`` (ONNX Runtime): ``fp32`` or ``int8`` (the quantised image graph, made
+    by ``vse model onnx --int8``); None reads ``$VSEKIT_PRECISION``, else the bundle's
+    default. The torch backend is fp32 only: asking it for int8 is an error.
     """
     backend = backend or os.environ.get("VSEKIT_BACKEND", "auto")
+    precision = precision or os.environ.get("VSEKIT_PRECISION") or None
     if backend not in BACKENDS:
         raise ValueError(f"backend: use {' | '.join(BACKENDS)}, not {backend!r}")
     path = bundle_dir(name_or_path)
@@ -39,7 +45,9 @@ def load_model(
     if backend == "onnx":
         from .onnx_model import OnnxModel
 
-        return OnnxModel.load(path)
+        return OnnxModel.load(path, precision=precision)
+    if precision == "int8":
+        raise ModelError(f"{path}: int8 runs on ONNX Runtime only; use backend='onnx'")
     try:
         from .model import VSEModel
     except ImportError as e:

@@ -47,6 +47,8 @@ from ..models.factory import create_model, model_config, upgrade_model_section
 from .base import (
     BUNDLE_VERSION,
     DEFAULT_MODEL,
+    EXPANSION_VECTORS,
+    EXPANSION_WORDS,
     BaseModel,
     ImageInput,
     ModelError,
@@ -80,6 +82,28 @@ class VSEModel(BaseModel):
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model = model.eval().to(self.device)
         self._backbone = None
+        self.expansion: tuple[list[str], np.ndarray] | None = None
+        self._base_vocab = getattr(getattr(model, "text", None), "vocab", None)
+
+    def expand_vocabulary(self, words: Sequence[str], vectors: np.ndarray, info: dict) -> None:
+        """Append ``words`` with their ``vectors`` (in the word-embedding space; see
+        :mod:`vsekit.text.expansion`) to the text encoder's vocabulary and table. Every
+        existing word keeps its id and vector, and the model its fingerprint."""
+        if self.expansion is not None:
+            raise ModelError(f"{self.path}: the vocabulary is already expanded")
+        enc = getattr(self.model, "text", None)
+        if not hasattr(enc, "rnn"):
+            raise ModelError("vocabulary expansion needs a recurrent text encoder (word table)")
+        vectors = np.asarray(vectors, np.float32)
+        if vectors.shape != (len(words), enc.embed.weight.shape[1]):
+            raise ModelError(f"expansion vectors {vectors.shape}, want ({len(words)}, "
+                             f"{enc.embed.weight.shape[1]})")  # fmt: skip
+        self._base_vocab = enc.vocab
+        enc.vocab = enc.vocab.extended(list(words))
+        w = torch.cat([enc.embed.weight.data, torch.from_numpy(vectors).to(enc.embed.weight)])
+        enc.embed = torch.nn.Embedding.from_pretrained(w, freeze=False, padding_idx=0)
+        self.expansion = (list(words), vectors)
+        self.info = dict(self.info, vocab_expansion=info)
 
     # -- loading and saving --------------------------------------------------------
     @classmethod
@@ -101,18 +125,23 @@ class VSEModel(BaseModel):
         out = cls(model, info, extras["fne_stats"], extras["captions"], path, extras["tagger"],
                   device)  # fmt: skip
         out._tag_table = extras["tag_table"]
+        if extras["expansion"] is not None:
+            out.expand_vocabulary(*extras["expansion"], info.get("vocab_expansion", {}))
         return out
 
     def save(self, out: str | Path, half: bool = True, captions: Sequence[str] = ()) -> Path:
         """Write a bundle directory atomically (built beside, then swapped in)."""
         dtype = torch.float16 if half else torch.float32
         with atomic_dir(out) as tmp:
-            state = {
-                k: v.detach().to("cpu", dtype).contiguous()
-                for k, v in self.model.state_dict().items()
-            }
+            state = {k: v.to(dtype).contiguous() for k, v in self._base_state().items()}
             save_file(state, tmp / "model.safetensors")
-            self.model.text.vocab.save(tmp / "vocab.json")
+            (self._base_vocab or self.model.text.vocab).save(tmp / "vocab.json")
+            if self.expansion is not None:
+                words, vectors = self.expansion
+                (tmp / EXPANSION_WORDS).write_text("\n".join(words) + "\n", encoding="utf-8")
+                vec_dtype = np.float16 if half else np.float32
+                save_np({"vectors": np.ascontiguousarray(vectors, vec_dtype)},
+                        tmp / EXPANSION_VECTORS)  # fmt: skip
             if self.fne_stats is not None:
                 stats = {"mean": self.fne_stats.mean, "std": self.fne_stats.std}
                 save_np({k: np.asarray(v) for k, v in stats.items()}, tmp / "fne_stats.safetensors")
@@ -147,9 +176,18 @@ class VSEModel(BaseModel):
         text = getattr(self.model, "text", None)
         return getattr(text, "vocab", None) if hasattr(text, "rnn") else None
 
+    def _base_state(self) -> dict[str, torch.Tensor]:
+        """The weights without a vocabulary expansion's rows (what the bundle stores in
+        ``model.safetensors``, and what identifies the model)."""
+        state = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+        if self.expansion is not None:
+            n = len(self._base_vocab)
+            state["text.embed.weight"] = state["text.embed.weight"][:n]
+        return state
+
     def _weights_fp16(self) -> Iterator[tuple[str, np.ndarray]]:
-        for k, v in self.model.state_dict().items():
-            yield k, v.detach().to(torch.float16).cpu().numpy()
+        for k, v in self._base_state().items():
+            yield k, v.to(torch.float16).numpy()
 
     # -- the image side ------------------------------------------------------------
     def backbone(self):

@@ -1,7 +1,10 @@
 """The ONNX Runtime backend of the public model: no PyTorch at inference.
 
 Reads a bundle's ``image.onnx`` and ``text.onnx`` (written by ``vse model onnx``), checks
-them against the sha256 in ``onnx.json``, and runs them on the CPU. Text is tokenised and
+them against the sha256 in ``onnx.json``, and runs them on the CPU. ``precision="int8"``
+runs ``image.int8.onnx`` instead, the image graph quantised statically (VNNI on x86): a
+different image encoder, so it has its own fingerprint and an index records which one
+built it. Text is tokenised and
 looked up in the bundle's vocabulary in Python; images are decoded and cropped with PIL
 and NumPy (:mod:`vsekit.views`), exactly as the PyTorch path does.
 """
@@ -23,6 +26,16 @@ from ..views import crop_views_array
 from .base import BaseModel, ImageInput, ModelError, bundle_dir, read_bundle_extras, unit
 
 ONNX_FILES = ("image.onnx", "text.onnx", "onnx.json")
+PRECISIONS = ("fp32", "int8")
+INT8_FILE = "image.int8.onnx"
+
+
+def default_precision(path: Path) -> str:
+    """The bundle's own default (``onnx.json``), fp32 when it names none."""
+    try:
+        return json.loads((path / "onnx.json").read_text()).get("default_precision", "fp32")
+    except (OSError, ValueError):
+        return "fp32"
 
 
 def onnx_available(path: Path) -> bool:
@@ -46,16 +59,32 @@ def _session(path: Path, threads: int | None):
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 
+def int8_fingerprint(fingerprint: str, int8_sha256: str) -> str:
+    """The int8 image encoder's identity: the weights' fingerprint and the quantised
+    graph's sha256 (its calibration decides its embeddings)."""
+    return hashlib.sha256(f"{fingerprint}:int8:{int8_sha256}".encode()).hexdigest()[:16]
+
+
 class OnnxModel(BaseModel):
     """A bundle run by ONNX Runtime on the CPU."""
 
     backend = "onnx"
 
-    def __init__(self, path: Path, info: dict, threads: int | None = None) -> None:
+    def __init__(
+        self, path: Path, info: dict, threads: int | None = None, precision: str = "fp32"
+    ) -> None:
+        if precision not in PRECISIONS:
+            raise ModelError(f"precision: use {' | '.join(PRECISIONS)}, not {precision!r}")
         extras = read_bundle_extras(path, info)
         super().__init__(info, extras["fne_stats"], extras["captions"], path, extras["tagger"])
         self._tag_table = extras["tag_table"]
         meta = json.loads((path / "onnx.json").read_text())
+        if precision == "int8" and INT8_FILE not in meta["sha256"]:
+            raise ModelError(
+                f"{path}: no int8 image graph; create it with "
+                f"`vse model onnx {path} --int8 --calibrate DATASET`"
+            )
+        self.precision = precision
         for name, want in meta["sha256"].items():
             got = hashlib.sha256((path / name).read_bytes()).hexdigest()
             if got != want:
@@ -64,7 +93,16 @@ class OnnxModel(BaseModel):
                     "re-create it with `vse model onnx`"
                 )
         self._fingerprint = meta.get("model_fingerprint")
+        if precision == "int8" and self._fingerprint:
+            self._fingerprint = int8_fingerprint(self._fingerprint, meta["sha256"][INT8_FILE])
         self.vocab = Vocabulary.load(path / "vocab.json")
+        if extras["expansion"] is not None:  # text.onnx holds the expanded table
+            self.vocab = self.vocab.extended(extras["expansion"][0])
+        if meta.get("text_vocab") not in (None, len(self.vocab)):
+            raise ModelError(
+                f"{path / 'text.onnx'}: made for {meta['text_vocab']:,} words, the bundle has "
+                f"{len(self.vocab):,} (expanded since?); re-create it with `vse model onnx`"
+            )
         self._threads = threads
         self._sessions: dict[str, object] = {}  # created on first use: a text search
         # never pays for the image graph (49 MB of weights to fold into float32)
@@ -73,7 +111,11 @@ class OnnxModel(BaseModel):
         self.size = int(info["image"].get("preprocessing", {}).get("input_size", 224))
 
     @classmethod
-    def load(cls, name: str | os.PathLike, threads: int | None = None) -> OnnxModel:
+    def load(
+        cls, name: str | os.PathLike, threads: int | None = None, precision: str | None = None
+    ) -> OnnxModel:
+        """``precision``: ``fp32`` (the image graph as trained), ``int8`` or None (the
+        bundle's default)."""
         path = bundle_dir(name)
         missing = [f for f in ONNX_FILES if not (path / f).is_file()]
         if missing:
@@ -82,13 +124,14 @@ class OnnxModel(BaseModel):
             )
         try:
             info = json.loads((path / "bundle.json").read_text())
-            return cls(path, info, threads)
+            return cls(path, info, threads, precision or default_precision(path))
         except (OSError, KeyError, ValueError) as e:
             raise ModelError(f"{path}: broken model bundle ({e})") from e
 
     def _session(self, name: str):
         if name not in self._sessions:
-            self._sessions[name] = _session(self.path / f"{name}.onnx", self._threads)
+            file = INT8_FILE if (name, self.precision) == ("image", "int8") else f"{name}.onnx"
+            self._sessions[name] = _session(self.path / file, self._threads)
         return self._sessions[name]
 
     # -- identity ------------------------------------------------------------------
@@ -101,7 +144,11 @@ class OnnxModel(BaseModel):
         """The fingerprint of the weights the ONNX files were made from (``onnx.json``),
         checked against the bundle's weights when those are readable."""
         if self._fingerprint is None:
-            self._fingerprint = super().fingerprint
+            fp = super().fingerprint
+            if self.precision == "int8":
+                meta = json.loads((self.path / "onnx.json").read_text())
+                fp = int8_fingerprint(fp, meta["sha256"][INT8_FILE])
+            self._fingerprint = fp
         return self._fingerprint
 
     @property

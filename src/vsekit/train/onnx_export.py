@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import warnings
 from pathlib import Path
 
@@ -119,6 +120,7 @@ def quantize_image_int8(
     method: str = "minmax",
     keep_float: str = "none",
     moving_average: bool = False,
+    preprocess: bool = False,
 ) -> list[str]:
     """Static int8 quantisation of the image graph with ONNX Runtime's own tools: QDQ,
     per-channel int8 weights, uint8 activations whose ranges are calibrated (``method``)
@@ -128,7 +130,10 @@ def quantize_image_int8(
     cost: ``stem`` (the first convolution, which sees raw pixels), ``head`` (the
     projection's matrix products), ``stem-head`` (both) or ``none``.
     ``moving_average``: MinMax ranges as a moving average over calibration batches
-    instead of the extreme values. Returns the names of the nodes kept in float."""
+    instead of the extreme values. ``preprocess``: ONNX Runtime's ``quant_pre_process``
+    first (shape inference, and graph optimisation that folds batch norms into the
+    convolutions and fuses activations, so what is quantised is what runs).
+    Returns the names of the nodes kept in float."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
         CalibrationMethod,
@@ -153,6 +158,12 @@ def quantize_image_int8(
 
     methods = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
                "entropy": CalibrationMethod.Entropy}  # fmt: skip
+    if preprocess:
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+
+        pre = fp32_model.with_name(fp32_model.name + ".pre.onnx")
+        quant_pre_process(str(fp32_model), str(pre))
+        os.replace(pre, fp32_model)
     excluded = float_nodes(fp32_model, keep_float)
     quantize_static(
         str(fp32_model), str(out), Reader(), quant_format=QuantFormat.QDQ,
@@ -194,12 +205,19 @@ def export_onnx(
     calibration_method: str = "minmax",
     keep_float: str = "none",
     moving_average: bool = False,
+    preprocess: bool = False,
+    int8_default: bool = False,
 ) -> dict:
     """Write ``image.onnx``, ``text.onnx`` and ``onnx.json`` into the bundle ``out``.
-    ``storage``: ``fp16`` / ``fp32`` weights, or ``int8`` (the image graph quantised
-    statically, calibrated on the ``calibration`` image paths)."""
-    if storage == "int8" and not calibration:
-        raise ValueError("int8 storage needs calibration images (training images)")
+    ``storage``: ``fp16`` (weights stored half, computed in float32) or ``fp32``.
+    With ``calibration`` (training image paths, never the evaluation split), also
+    ``image.int8.onnx``: the image graph quantised statically
+    (:func:`quantize_image_int8`), which ``precision="int8"`` runs, and the bundle's
+    default when ``int8_default``."""
+    if storage not in ("fp16", "fp32"):
+        raise ValueError(f"storage: use fp16 | fp32, not {storage!r}")
+    if int8_default and not calibration:
+        raise ValueError("an int8 default needs calibration images (training images)")
     out = Path(out)
     vse.model.eval()
     image, text = _ImageGraph(vse).eval(), _TextGraph(vse).eval()
@@ -209,44 +227,58 @@ def export_onnx(
     lengths = torch.tensor([3, 2], dtype=torch.long)
     files: dict[str, str] = {}
     kept: list[str] = []
+    image_spec = (
+        "image",
+        image,
+        (views,),
+        ["views"],
+        ["embedding", "features"],
+        {"views": {0: "n"}, "embedding": {0: "n"}, "features": {0: "n"}},
+    )
     graphs = [
-        ("image", image, (views,), ["views"], ["embedding", "features"],
-         {"views": {0: "n"}, "embedding": {0: "n"}, "features": {0: "n"}}),
-        ("text", text, (ids, lengths), ["ids", "lengths"], ["embedding"],
-         {"ids": {0: "b", 1: "t"}, "lengths": {0: "b"}, "embedding": {0: "b"}}),
+        ("image.onnx", image_spec, storage),
+        ("text.onnx", ("text", text, (ids, lengths), ["ids", "lengths"], ["embedding"],
+                       {"ids": {0: "b", 1: "t"}, "lengths": {0: "b"}, "embedding": {0: "b"}}),
+         storage),
     ]  # fmt: skip
-    for spec in graphs:
-        name = spec[0]
-        path = out / f"{name}.onnx"
+    if calibration:
+        graphs.append(("image.int8.onnx", image_spec, "int8"))
+    for fname, spec, how in graphs:
+        path = out / fname
 
-        def write(tmp: Path, spec=spec) -> None:
-            name, module, args, inputs, outputs, axes = spec
+        def write(tmp: Path, spec=spec, how=how) -> None:
+            _, module, args, inputs, outputs, axes = spec
             with warnings.catch_warnings():  # tracer notes; parity is tested instead
                 warnings.simplefilter("ignore")
                 torch.onnx.export(
                     module, args, str(tmp), input_names=inputs, output_names=outputs,
                     dynamic_axes=axes, opset_version=ONNX_OPSET, dynamo=False,
                 )  # fmt: skip
-            if storage == "fp16" or (storage == "int8" and name == "text"):
+            if how == "fp16":
                 _fp16_storage(tmp)
-            elif storage == "int8":
+            elif how == "int8":
                 fp32 = tmp.with_name(tmp.name + ".fp32.onnx")
                 tmp.rename(fp32)
                 try:
                     kept[:] = quantize_image_int8(
                         fp32, tmp, calibration, crops, size, method=calibration_method,
                         keep_float=keep_float, moving_average=moving_average,
+                        preprocess=preprocess,
                     )  # fmt: skip
                 finally:
                     fp32.unlink(missing_ok=True)
 
         atomic_write(path, write)
-        files[f"{name}.onnx"] = _sha256(path)
+        files[fname] = _sha256(path)
+    if not calibration:
+        (out / "image.int8.onnx").unlink(missing_ok=True)  # stale: not the new weights
     meta = {"opset": ONNX_OPSET, "storage": storage, "sha256": files,
             "embed_dim": vse.embed_dim, "model_fingerprint": vse.fingerprint,
-            "calibration_images": len(calibration or []),
-            "calibration_method": calibration_method if storage == "int8" else None,
-            "float_nodes": kept if storage == "int8" else None,
-            "moving_average": moving_average if storage == "int8" else None}  # fmt: skip
+            "default_precision": "int8" if int8_default else "fp32",
+            "text_vocab": len(vse.text_vocabulary) if vse.text_vocabulary else None}  # fmt: skip
+    if calibration:
+        meta["int8"] = {"calibration_images": len(calibration),
+                        "calibration_method": calibration_method, "float_nodes": kept,
+                        "moving_average": moving_average, "preprocess": preprocess}  # fmt: skip
     atomic_write(out / "onnx.json", json.dumps(meta, indent=2) + "\n")
     return meta

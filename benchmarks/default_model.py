@@ -5,7 +5,7 @@ Compares with the dev metrics its training run recorded (on the FeatureStore's f
 features), so the packaging (float16, re-extraction) is checked too.
 
 Run: python benchmarks/default_model.py [--backend torch|onnx] [--model BUNDLE]
-(each backend's figures are kept under its name in the JSON).
+[--precision fp32|int8] (each backend's figures are kept under its name in the JSON).
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--backend", choices=("torch", "onnx"), default="torch")
     ap.add_argument("--model", default="default")
+    ap.add_argument("--precision", choices=("fp32", "int8"), help="ONNX image graph")
     args = ap.parse_args()
-    model = vsekit.load_model(args.model, backend=args.backend)
+    model = vsekit.load_model(args.model, backend=args.backend, precision=args.precision)
     dev = load_dataset(FLICKR8K).split("dev")
     t0 = time.perf_counter()
     paths = [im.path for im in dev.images]
@@ -45,7 +46,9 @@ def main() -> None:
     m = retrieval_metrics_from_embeddings(img, txt, dev.caption_to_image)
     path = Path(__file__).with_suffix(".json")
     runs = json.loads(path.read_text()).get("backends", {}) if path.is_file() else {}
-    runs[args.backend if args.model == "default" else f"{args.backend}:{Path(args.model).name}"] = {
+    key = args.backend if args.model == "default" else f"{args.backend}:{Path(args.model).name}"
+    key += f":{args.precision}" if args.precision else ""
+    runs[key] = {
         "command": "python benchmarks/default_model.py " + " ".join(sys.argv[1:]),
         "images": len(paths),
         "image_seconds": round(t_img, 1),

@@ -301,3 +301,32 @@ def test_joint_embedding_trains_on_video_features(tmp_path):
     res = Trainer(cfg, data, tmp_path / "run", progress=False).fit()
     assert np.isfinite(res["best_metrics"]["rsum"])
     assert torch.isfinite(data.train_feats).all()
+
+
+def test_audio_pass_resumes_after_a_kill(tmp_path, monkeypatch):
+    from vsekit.features import FeatureStore, audio_store, create_backbone
+    from vsekit.features.extract import ExtractItem, extract_to_store
+
+    ds = load_dataset(video_folder(tmp_path, n=5, n_train=4))
+    items = [ExtractItem(im.id, im.path, im.split) for im in ds.images]
+    model = create_backbone("tiny-test", weights="random")
+    store = extract_to_store(items, tmp_path / "s", model, crops=1, progress=False)
+    paths = {im.id: im.path for im in ds.images}
+    real, calls = audio_store.read_audio, []
+
+    def dying(path, rate):
+        calls.append(path)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(path, rate)
+
+    monkeypatch.setattr(audio_store, "read_audio", dying)
+    with pytest.raises(KeyboardInterrupt):
+        audio_store.add_audio(store, paths, k=2, progress=False)
+    assert "audio" not in FeatureStore(tmp_path / "s").meta  # nothing half-written
+    calls.clear()
+    monkeypatch.setattr(audio_store, "read_audio", lambda p, r: (calls.append(p), real(p, r))[1])
+    info = audio_store.add_audio(FeatureStore(tmp_path / "s"), paths, k=2, progress=False)
+    assert len(calls) == 3  # the two clips done before the kill are not decoded again
+    assert info["clips"] == {"audio": 3, "no audio track": 1, "silent": 1}
+    assert not (tmp_path / "s" / ".audio-mfcc").exists()

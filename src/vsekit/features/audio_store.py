@@ -7,14 +7,16 @@ on the ``fit_split`` rows only (as the FNE statistics are fitted on train), and 
     audio_flags.u8           [n] uint8: 0 audio, 1 no audio track, 2 silent
     audio_codebook.safetensors  centroids, MFCC mean and std
 
-and ``meta["audio"]`` with the settings. It runs in one pass and writes each file
-atomically, so an interrupted run leaves the store as it was; running it again
-recomputes everything. The visual rows are never touched.
+and ``meta["audio"]`` with the settings. Each clip's MFCC frames are kept in
+``.audio-mfcc/<row>.npy`` (written atomically) as they are computed, so a killed run
+resumes where it stopped; the files above are written atomically at the end and the
+MFCC cache is then removed. The visual rows are never touched.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -23,7 +25,7 @@ from safetensors.numpy import load_file, save_file
 from tqdm import tqdm
 
 from ..audio import FLAG_NAMES, N_MFCC, RATE, AudioCodebook, mfcc
-from ..fsio import atomic_write
+from ..fsio import atomic_write, np_bytes
 from ..video import read_audio
 from .store import FeatureStore, StoreError
 
@@ -45,8 +47,17 @@ def add_audio(
     if missing:
         raise StoreError(f"{store.path}: no media file for {len(missing)} id(s), e.g. {missing[0]}")
     frames, flags = [], np.zeros(store.n, np.uint8)
+    cache = store.path / ".audio-mfcc"
+    cache.mkdir(exist_ok=True)
     for row, i in enumerate(tqdm(store.ids, desc="audio", unit="clip", disable=not progress)):
-        m, flag = mfcc(read_audio(paths[i], RATE), RATE, n_mfcc)
+        f = cache / f"{row}.npy"
+        if f.is_file():  # computed by an earlier, interrupted run
+            d = np.load(f)
+            m, flag = d[1:], int(d[0, 0])
+        else:
+            m, flag = mfcc(read_audio(paths[i], RATE), RATE, n_mfcc)
+            head = np.full((1, n_mfcc), flag, np.float32)
+            atomic_write(f, np_bytes(np.concatenate([head, m])))
         frames.append(m)
         flags[row] = flag
     fit_rows = store.rows(fit_split)
@@ -79,6 +90,7 @@ def add_audio(
     }
     store.meta["audio"] = info
     atomic_write(store.path / "meta.json", json.dumps(store.meta, indent=2))
+    shutil.rmtree(cache, ignore_errors=True)
     return info
 
 

@@ -70,17 +70,19 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument(
-        "--int8", help="a bundle made with `vse model onnx --storage int8` to compare too"
+        "--int8",
+        help="a bundle with an int8 image graph (`vse model onnx --int8`) to compare too; "
+        "'default' for the shipped one",
     )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     files = [Path(p) for p, _, _ in scan_media(args.images)][: args.n]
     models = {
         "torch (the path before)": vsekit.load_model("default", backend="torch"),
-        "onnx (default)": vsekit.load_model("default", backend="onnx"),
+        "onnx fp32": vsekit.load_model("default", backend="onnx", precision="fp32"),
     }
     if args.int8:
-        models["onnx int8"] = vsekit.load_model(args.int8, backend="onnx")
+        models["onnx int8"] = vsekit.load_model(args.int8, backend="onnx", precision="int8")
     for m in models.values():
         m.encode_image(files[:2])  # warm-up: weights loaded, kernels chosen
 
@@ -112,7 +114,7 @@ def main() -> None:
         }
         for name, xs in secs.items()
     }
-    crops = int(models["onnx (default)"].info["image"]["crops"])
+    crops = int(models["onnx fp32"].info["image"]["crops"])
     result = {
         "images": len(files),
         "rounds": args.rounds,

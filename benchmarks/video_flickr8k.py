@@ -274,7 +274,8 @@ def main() -> None:
         res["word2videovec"] = word2videovec(args.minutes)
     if args.stage in ("all", "localise"):
         res["localisation"] = localise()
-    res["command"] = "python " + " ".join(sys.argv)
+    cmd = "python " + " ".join(sys.argv)
+    res["commands"] = [c for c in res.get("commands", []) if c != cmd] + [cmd]  # each stage
     res["note"] = "clips made from Flickr8k photos (a stand-in for MSVD); no audio"
     record(out_json, res)
     (ROOT / "benchmarks" / "video_flickr8k.md").write_text(table(res))

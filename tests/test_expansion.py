@@ -124,9 +124,12 @@ def test_cli_expand_vocab(tmp_path, monkeypatch, capsys):
         tmp_path / "bundle"
     )
     fp = VSEModel.load(out, device="cpu").fingerprint
+    weights = (out / "model.safetensors").read_bytes()
     assert main(["model", "expand-vocab", str(out), "--top", "100"]) == 0
+    assert (out / "model.safetensors").read_bytes() == weights  # only files added
     assert "words added" in capsys.readouterr().out
     m = VSEModel.load(out, device="cpu")
     assert m.fingerprint == fp and "canine" in m.text_vocabulary.stoi
     assert main(["model", "expand-vocab", str(out)]) == 2
     assert "already expanded" in capsys.readouterr().err
+    assert main(["model", "expand-vocab", str(out), "--if-missing"]) == 0  # setup re-runs

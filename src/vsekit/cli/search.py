@@ -105,6 +105,9 @@ def _add_model(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--top", type=positive_int, default=100_000,
                     help="add the N most frequent GloVe words the vocabulary lacks")  # fmt: skip
     ev.add_argument("--ridge", type=float, default=1e-2, help="L2 penalty of the fitted map")
+    ev.add_argument(
+        "--if-missing", action="store_true", help="do nothing if it is already expanded"
+    )
     ev.set_defaults(handler=_model_expand_vocab)
     i = msub.add_parser("info", help="what a model is, how it was trained and its dev metrics")
     i.add_argument("model", nargs="?", default="default")
@@ -113,20 +116,23 @@ def _add_model(sub: argparse._SubParsersAction) -> None:
 
 def _model_expand_vocab(args: argparse.Namespace) -> int:
     from ..runtime import VSEModel
+    from ..runtime.model import write_expansion
     from ..text.expansion import expand_vocabulary
     from ..text.glove import load_glove
     from ..train.onnx_export import export_onnx
 
     model = VSEModel.load(args.bundle, device="cpu")
     if model.expansion is not None:
+        if args.if_missing:
+            print(f"{model.path}: already expanded ({len(model.expansion[0]):,} words)")
+            return 0
         raise ValueError(f"{model.path}: the vocabulary is already expanded")
     enc = model.model.text
     index, vectors = load_glove()
     table = enc.embed.weight.detach().cpu().numpy()
     exp = expand_vocabulary(enc.vocab, table, index, vectors, args.top, args.ridge)
     had_onnx = (model.path / "onnx.json").is_file()
-    model.expand_vocabulary(exp.words, exp.vectors, exp.info)
-    model.save(model.path)
+    write_expansion(model.path, exp.words, exp.vectors, exp.info)
     if had_onnx:  # the text graph holds the word table: make it again (fp16)
         export_onnx(VSEModel.load(model.path, device="cpu"), model.path)
     print(

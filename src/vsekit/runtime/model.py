@@ -42,7 +42,7 @@ from ..config import ConfigError
 from ..data.vocab import Vocabulary
 from ..features.fne import FNEStats
 from ..features.kinds import features_of_kind
-from ..fsio import atomic_dir
+from ..fsio import atomic_dir, atomic_write
 from ..models.factory import create_model, model_config, upgrade_model_section
 from .base import (
     BUNDLE_VERSION,
@@ -59,6 +59,22 @@ from .base import (
 )
 
 __all__ = ["BUNDLE_VERSION", "ModelError", "VSEModel", "default_model_dir"]
+
+
+def write_expansion(path: Path, words: Sequence[str], vectors: np.ndarray, info: dict,
+                    half: bool = True) -> None:  # fmt: skip
+    """Add a vocabulary expansion to the bundle at ``path`` without touching its weights:
+    ``expansion.txt`` and ``expansion.safetensors`` (vectors written first, each file
+    atomically; the words file, written last, is what makes the expansion exist), and
+    ``bundle.json``'s ``vocab_expansion`` record."""
+    dtype = np.float16 if half else np.float32
+    arrays = {"vectors": np.ascontiguousarray(vectors, dtype)}
+    atomic_write(path / EXPANSION_VECTORS, lambda t: save_np(arrays, str(t)))
+    info_file = path / "bundle.json"
+    bundle = json.loads(info_file.read_text())
+    bundle["vocab_expansion"] = info
+    atomic_write(info_file, json.dumps(bundle, indent=2) + "\n")
+    atomic_write(path / EXPANSION_WORDS, "\n".join(words) + "\n")
 
 
 class VSEModel(BaseModel):

@@ -87,6 +87,7 @@ def test_an_expanded_model_keeps_its_identity_and_old_behaviour(tmp_path):
     )
     again = VSEModel.load(out, device="cpu")
     assert again.fingerprint == before["fp"] and again.info["vocab_expansion"] == {"method": "test"}
+    assert "vocab_expansion" not in (out / "bundle.json").read_text()  # in expansion.json
     np.testing.assert_allclose(again.encode_text(["a canine"]), after[2:], atol=1e-5)
     with pytest.raises(Exception, match="already expanded"):
         again.expand_vocabulary(["lad"], vectors[:1], {})

@@ -51,6 +51,7 @@ def bundle_dir(name: str | os.PathLike) -> Path:
 
 
 EXPANSION_WORDS, EXPANSION_VECTORS = "expansion.txt", "expansion.safetensors"
+EXPANSION_INFO = "expansion.json"
 
 
 def read_bundle_extras(path: Path, info: dict) -> dict[str, Any]:
@@ -76,7 +77,9 @@ def read_bundle_extras(path: Path, info: dict) -> dict[str, Any]:
         vectors = load_file(path / EXPANSION_VECTORS)["vectors"].astype(np.float32)
         if len(words) != len(vectors):
             raise ModelError(f"{path}: {len(words)} expansion words for {len(vectors)} vectors")
-        out["expansion"] = (words, vectors)
+        info_file = path / EXPANSION_INFO
+        exp_info = json.loads(info_file.read_text()) if info_file.is_file() else {}
+        out["expansion"] = (words, vectors, exp_info)
     return out
 
 

@@ -47,6 +47,7 @@ from ..models.factory import create_model, model_config, upgrade_model_section
 from .base import (
     BUNDLE_VERSION,
     DEFAULT_MODEL,
+    EXPANSION_INFO,
     EXPANSION_VECTORS,
     EXPANSION_WORDS,
     BaseModel,
@@ -64,16 +65,13 @@ __all__ = ["BUNDLE_VERSION", "ModelError", "VSEModel", "default_model_dir"]
 def write_expansion(path: Path, words: Sequence[str], vectors: np.ndarray, info: dict,
                     half: bool = True) -> None:  # fmt: skip
     """Add a vocabulary expansion to the bundle at ``path`` without touching its weights:
-    ``expansion.txt`` and ``expansion.safetensors`` (vectors written first, each file
-    atomically; the words file, written last, is what makes the expansion exist), and
-    ``bundle.json``'s ``vocab_expansion`` record."""
+    ``expansion.safetensors`` (the vectors), ``expansion.json`` (how they were made) and
+    ``expansion.txt`` (the words), each written atomically, the words last: they are
+    what makes the expansion exist."""
     dtype = np.float16 if half else np.float32
     arrays = {"vectors": np.ascontiguousarray(vectors, dtype)}
     atomic_write(path / EXPANSION_VECTORS, lambda t: save_np(arrays, str(t)))
-    info_file = path / "bundle.json"
-    bundle = json.loads(info_file.read_text())
-    bundle["vocab_expansion"] = info
-    atomic_write(info_file, json.dumps(bundle, indent=2) + "\n")
+    atomic_write(path / EXPANSION_INFO, json.dumps(info, indent=2) + "\n")
     atomic_write(path / EXPANSION_WORDS, "\n".join(words) + "\n")
 
 
@@ -142,7 +140,7 @@ class VSEModel(BaseModel):
                   device)  # fmt: skip
         out._tag_table = extras["tag_table"]
         if extras["expansion"] is not None:
-            out.expand_vocabulary(*extras["expansion"], info.get("vocab_expansion", {}))
+            out.expand_vocabulary(*extras["expansion"])
         return out
 
     def save(self, out: str | Path, half: bool = True, captions: Sequence[str] = ()) -> Path:
@@ -153,11 +151,7 @@ class VSEModel(BaseModel):
             save_file(state, tmp / "model.safetensors")
             (self._base_vocab or self.model.text.vocab).save(tmp / "vocab.json")
             if self.expansion is not None:
-                words, vectors = self.expansion
-                (tmp / EXPANSION_WORDS).write_text("\n".join(words) + "\n", encoding="utf-8")
-                vec_dtype = np.float16 if half else np.float32
-                save_np({"vectors": np.ascontiguousarray(vectors, vec_dtype)},
-                        tmp / EXPANSION_VECTORS)  # fmt: skip
+                write_expansion(tmp, *self.expansion, self.info.get("vocab_expansion", {}), half)
             if self.fne_stats is not None:
                 stats = {"mean": self.fne_stats.mean, "std": self.fne_stats.std}
                 save_np({k: np.asarray(v) for k, v in stats.items()}, tmp / "fne_stats.safetensors")
@@ -175,6 +169,7 @@ class VSEModel(BaseModel):
                 save_np(tagger, tmp / "tagger.safetensors")
                 (tmp / "tags.txt").write_text("\n".join(names) + "\n", encoding="utf-8")
             info = dict(self.info, dtype=str(dtype).removeprefix("torch."))
+            info.pop("vocab_expansion", None)  # in expansion.json, beside its vectors
             (tmp / "bundle.json").write_text(json.dumps(info, indent=2) + "\n")
         return Path(out)
 

@@ -98,6 +98,7 @@ class OnnxModel(BaseModel):
         self.vocab = Vocabulary.load(path / "vocab.json")
         if extras["expansion"] is not None:  # text.onnx holds the expanded table
             self.vocab = self.vocab.extended(extras["expansion"][0])
+            self.info = dict(self.info, vocab_expansion=extras["expansion"][2])
         if meta.get("text_vocab") not in (None, len(self.vocab)):
             raise ModelError(
                 f"{path / 'text.onnx'}: made for {meta['text_vocab']:,} words, the bundle has "

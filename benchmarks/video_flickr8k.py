@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -102,6 +103,8 @@ def join(parts: list[Path], out: Path) -> None:
 
 def build_clips(workers: int = 2) -> dict:
     """Render every train and dev photo, write captions.jsonl, and join the dev clips."""
+    if shutil.which("ffmpeg") is None:
+        raise SystemExit("video_flickr8k: needs the ffmpeg command (Debian: apt install ffmpeg)")
     ds = load_dataset(F8K)
     clips = CACHE / "clips"
     clips.mkdir(parents=True, exist_ok=True)

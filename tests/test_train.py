@@ -312,3 +312,31 @@ def test_selection_on_a_slice_carved_from_train_never_reads_dev(tmp_path):
     assert [im.id for im in again.images] == [im.id for im in sel.images]  # seeded
     plain = train_and_selection(ds, DataConfig(), seed=0)[1]
     assert {im.id for im in plain.images} == {im.id for im in ds.split("dev").images}
+
+
+def test_held_out_words_are_never_read(tmp_path):
+    """data.hold_out_words (the zero-shot protocol): captions using them leave training
+    and the selection slice, images left without captions leave too, and the words are
+    not in the vocabulary; dev is untouched."""
+    from vsekit.data import load_dataset
+    from vsekit.train.config import from_dict
+    from vsekit.train.trainer import load_train_data
+
+    root = write_flickr8k_folder(tmp_path / "f8k", n=12, n_train=10)
+    token = root / "Flickr8k.token.txt"
+    token.write_text(token.read_text().replace("img3.jpg#1\tA picture number w3",
+                                               "img3.jpg#1\tA zebra picture number w3"))  # fmt: skip
+    ds = load_dataset(root)
+    kept = ds.split("train").without_words(["w1", "ZEBRA"])
+    assert "img1.jpg" not in [im.id for im in kept.images]  # both captions used w1
+    assert [c.text for c in kept.captions if "w3" in c.text] == ["A picture number w3 , take 0 ."]
+    cfg = from_dict(ExperimentConfig, {
+        "data": {"root": str(root), "store": str(tmp_path / "store"), "backbone": "tiny-test",
+                 "crops": 1, "weights": "random", "features": "baseline",
+                 "hold_out_words": ["w1", "zebra"], "val_from_train": 3},
+        "model": {"text": {"kind": "gru", "word_dim": 8, "embed_dim": 8}},
+    })  # fmt: skip
+    data = load_train_data(cfg, progress=False)
+    assert "w1" not in data.vocab.stoi and "zebra" not in data.vocab.stoi
+    assert not any("w1" in t or "zebra" in t for t in data.train_texts + data.dev_texts)
+    assert "w0" in data.vocab.stoi

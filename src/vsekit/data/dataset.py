@@ -194,6 +194,18 @@ class Dataset:
             feats = self.features.take(np.asarray(image_indices, dtype=np.int64))
         return Dataset(images, captions, name or self.name, feats)
 
+    def without_words(self, words: Iterable[str]) -> Dataset:
+        """The captions that use none of ``words`` (as tokens, lower-cased), and the
+        images that keep at least one caption: what a model trained on it never read
+        (the zero-shot protocol)."""
+        from .tokenizer import tokenize
+
+        banned = {w.lower() for w in words}
+        keep = [c for c in self.captions if not banned.intersection(tokenize(c.text))]
+        kept = Dataset(self.images, keep, self.name, self.features)
+        has = np.flatnonzero(kept.captions_per_image())
+        return kept.subset(has.tolist())
+
     def split_sizes(self) -> dict[str, dict[str, int]]:
         """``{split: {"images": n, "captions": m}}``."""
         img = Counter(im.split for im in self.images)

@@ -38,6 +38,9 @@ class DataConfig:
     # carve this many train images (seeded) as the slice that selects epochs, switches the
     # curriculum and stops early, so dev stays untouched (0: select on dev_split)
     val_from_train: int = 0
+    # drop every training (and selection) caption that uses one of these words, so the
+    # model never reads them: the zero-shot protocol (benchmarks/zero_shot.py)
+    hold_out_words: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -148,6 +151,11 @@ def validate(cfg: ExperimentConfig, where: str = "config") -> None:
             "exactly one set (the other null)",
         ),
         (cfg.data.audio_k >= 1, "data.audio_k", ">= 1"),
+        (
+            cfg.task == "retrieval" or not cfg.data.hold_out_words,
+            "data.hold_out_words",
+            "empty for task: tags (tags are mined from every caption)",
+        ),
         (cfg.train.optimizer in OPTIMIZERS, "train.optimizer", " | ".join(OPTIMIZERS)),
     ]
     checks += _registry_checks(cfg)

@@ -129,6 +129,10 @@ def load_train_data(
     ds = load_dataset(cfg.data.root, cfg.data.format)
     store = ensure_store(cfg.data, ds, progress=progress)
     train, dev = train_and_selection(ds, cfg.data, cfg.train.seed)
+    if cfg.data.hold_out_words:  # never read: not in the vocabulary, not in any batch
+        train = train.without_words(cfg.data.hold_out_words)
+        if cfg.data.val_from_train:
+            dev = dev.without_words(cfg.data.hold_out_words)
     tf = image_features(store, cfg.data.features, [im.id for im in train.images])
     df = image_features(store, cfg.data.features, [im.id for im in dev.images])
     data = TrainData.from_datasets(

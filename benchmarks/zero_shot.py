@@ -87,8 +87,12 @@ def main() -> None:
     c2i = dev.caption_to_image
     texts = list(dev.texts)
     rows = {}
-    for name, model in (("closed vocabulary", closed), ("vocabulary expansion", expanded),
-                        ("ceiling: default model (trained on every caption)", ceiling)):  # fmt: skip
+    models = {
+        "closed vocabulary": closed,
+        "vocabulary expansion": expanded,
+        "ceiling: default model (trained on every caption)": ceiling,
+    }
+    for name, model in models.items():
         img = model.encode_image_features(feats)
         txt = model.encode_text(texts)
         rows[name] = {

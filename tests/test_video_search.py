@@ -261,3 +261,14 @@ def test_browser_plays_a_video_hit_from_its_segment(served, tmp_path):
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def test_without_the_video_extra_videos_are_reported_not_indexed(tmp_path, media, monkeypatch):
+    import vsekit.index.collection as collection
+
+    monkeypatch.setattr(collection, "video_support", lambda: False)
+    coll, _, rep = build(tmp_path, media)
+    assert len(coll) == 2  # the photos
+    skipped = dict(rep.failed)
+    assert set(skipped) == {str(media / "clip.webm"), str(media / "sub" / "other.webm")}
+    assert all("pip install 'vsekit[video]'" in why for why in skipped.values())

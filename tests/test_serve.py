@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shutil
@@ -144,21 +145,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.slow
-def test_browser_types_a_query_and_sees_thumbnails(served, tmp_path):
-    """Real headless Chromium (Debian's, installed by scripts/setup) against a real
-    uvicorn server. Set VSEKIT_SKIP_BROWSER=1 to skip on a machine without it."""
+@contextlib.contextmanager
+def browser_page(app, args: tuple[str, ...] = ()):
+    """A real headless Chromium page (Debian's, installed by scripts/setup) at ``app``
+    served by a real uvicorn server on a free port. Set VSEKIT_SKIP_BROWSER=1 to skip
+    on a machine without it."""
     if os.environ.get("VSEKIT_SKIP_BROWSER") == "1":
         pytest.skip("VSEKIT_SKIP_BROWSER=1")
     assert Path(CHROMIUM).is_file(), f"{CHROMIUM} missing: run scripts/setup (apt chromium)"
     import uvicorn
     from playwright.sync_api import sync_playwright
 
-    coll, model, _ = served
     port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(coll, model), host="127.0.0.1", port=port, log_level="error")
-    )
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.time() + 20
@@ -166,21 +165,28 @@ def test_browser_types_a_query_and_sees_thumbnails(served, tmp_path):
         time.sleep(0.05)
     try:
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True)
+            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=list(args))
             page = browser.new_page()
             page.goto(f"http://127.0.0.1:{port}/")
-            page.fill("#q", "a dog on the grass")
-            page.press("#q", "Enter")
-            page.wait_for_selector(".card img")
-            loaded = "i => i.complete && i.naturalWidth > 0"
-            page.wait_for_function(f"[...document.querySelectorAll('.card img')].every({loaded})")
-            assert page.locator(".card").count() == 6
-            assert "results" in page.inner_text("#status")
-            page.locator(".card").first.click()
-            page.wait_for_selector("#captions li")
-            assert page.locator("#captions li").count() == len(CAPTIONS)  # k=5 > pool
-            page.screenshot(path=str(tmp_path / "page.png"))
+            yield page
             browser.close()
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+@pytest.mark.slow
+def test_browser_types_a_query_and_sees_thumbnails(served, tmp_path):
+    coll, model, _ = served
+    with browser_page(create_app(coll, model)) as page:
+        page.fill("#q", "a dog on the grass")
+        page.press("#q", "Enter")
+        page.wait_for_selector(".card img")
+        loaded = "i => i.complete && i.naturalWidth > 0"
+        page.wait_for_function(f"[...document.querySelectorAll('.card img')].every({loaded})")
+        assert page.locator(".card").count() == 6
+        assert "results" in page.inner_text("#status")
+        page.locator(".card").first.click()
+        page.wait_for_selector("#captions li")
+        assert page.locator("#captions li").count() == len(CAPTIONS)  # k=5 > pool
+        page.screenshot(path=str(tmp_path / "page.png"))

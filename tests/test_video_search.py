@@ -6,9 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
-import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -213,54 +211,30 @@ def test_service_video_hits_ranges_and_frame_thumbnails(served):
 def test_browser_plays_a_video_hit_from_its_segment(served, tmp_path):
     """Real headless Chromium: search, see the video card with its time, open it, and the
     player plays from the best segment's start."""
-    if os.environ.get("VSEKIT_SKIP_BROWSER") == "1":
-        pytest.skip("VSEKIT_SKIP_BROWSER=1")
-    from tests.test_serve import CHROMIUM, free_port
-
-    assert Path(CHROMIUM).is_file(), f"{CHROMIUM} missing: run scripts/setup (apt chromium)"
-    import uvicorn
-    from playwright.sync_api import sync_playwright
-
+    from tests.test_serve import browser_page
     from vsekit.serve.app import create_app
 
     coll, model, _ = served
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(coll, model), host="127.0.0.1", port=port, log_level="error")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 20
-    while not server.started and time.time() < deadline:
-        time.sleep(0.05)
-    try:
-        with sync_playwright() as pw:
-            autoplay = ["--autoplay-policy=no-user-gesture-required"]
-            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=autoplay)
-            page = browser.new_page()
-            page.goto(f"http://127.0.0.1:{port}/")
-            page.fill("#q", "a boat")
-            page.press("#q", "Enter")
-            page.wait_for_selector(".card")
-            hits = page.evaluate("fetch('/search?k=4&q=a%20boat').then(r => r.json())")["results"]
-            clip = next(r for r in hits if r["name"] == "clip.webm")
-            card = page.locator(f".card[data-id='{clip['id']}']")
-            assert "▶ 0:0" in card.inner_text()
-            card.click()
-            page.wait_for_function(
-                "() => { const v = document.getElementById('player');"
-                " return !v.hidden && v.readyState >= 2 && v.currentTime > 0; }",
-                timeout=15000,
-            )
-            t = page.evaluate("document.getElementById('player').currentTime")
-            assert clip["start"] - 0.05 <= t <= clip["end"] + 1.0, (t, clip)
-            assert page.locator("#full").is_hidden()
-            assert "clip.webm at" in page.inner_text("#fname")
-            page.screenshot(path=str(tmp_path / "video.png"))
-            browser.close()
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    autoplay = ("--autoplay-policy=no-user-gesture-required",)
+    with browser_page(create_app(coll, model), autoplay) as page:
+        page.fill("#q", "a boat")
+        page.press("#q", "Enter")
+        page.wait_for_selector(".card")
+        hits = page.evaluate("fetch('/search?k=4&q=a%20boat').then(r => r.json())")["results"]
+        clip = next(r for r in hits if r["name"] == "clip.webm")
+        card = page.locator(f".card[data-id='{clip['id']}']")
+        assert "▶ 0:0" in card.inner_text()
+        card.click()
+        page.wait_for_function(
+            "() => { const v = document.getElementById('player');"
+            " return !v.hidden && v.readyState >= 2 && v.currentTime > 0; }",
+            timeout=15000,
+        )
+        t = page.evaluate("document.getElementById('player').currentTime")
+        assert clip["start"] - 0.05 <= t <= clip["end"] + 1.0, (t, clip)
+        assert page.locator("#full").is_hidden()
+        assert "clip.webm at" in page.inner_text("#fname")
+        page.screenshot(path=str(tmp_path / "video.png"))
 
 
 def test_without_the_video_extra_videos_are_reported_not_indexed(tmp_path, media, monkeypatch):

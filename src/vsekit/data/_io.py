@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,17 @@ def read_json(path: Path) -> Any:
             return json.load(f)
     except json.JSONDecodeError as e:
         raise DatasetError(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from e
+
+
+def find_file(root: Path, dirs: Sequence[str], stem: str, exts: Sequence[str]) -> Path | None:
+    """The first ``root/<dir>/<stem><ext>`` that exists (video sets keep clips by id
+    under one of several folder names and containers)."""
+    for d in dirs:
+        for ext in exts:
+            p = root / d / f"{stem}{ext}"
+            if p.is_file():
+                return p
+    return None
 
 
 def require_field(obj: Any, key: str, where: str) -> Any:

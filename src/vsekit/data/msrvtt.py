@@ -9,24 +9,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._io import read_json, require_field
+from ._io import find_file, read_json, require_field
 from .dataset import Dataset, DatasetError, build_dataset, missing_files_error
 
 VIDEO_DIRS = ("TrainValVideo", "TestVideo", "videos", "video", ".")
+VIDEO_EXTS = (".mp4", ".webm", ".mkv", ".avi")
 SPLITS = {"train": "train", "validate": "dev", "val": "dev", "test": "test"}
 
 
 def find_msrvtt(root: Path) -> list[Path]:
     return sorted(root.glob("*videodatainfo*.json"))
-
-
-def _video_file(root: Path, vid: str) -> Path | None:
-    for d in VIDEO_DIRS:
-        for ext in (".mp4", ".webm", ".mkv", ".avi"):
-            p = root / d / f"{vid}{ext}"
-            if p.is_file():
-                return p
-    return None
 
 
 def load_msrvtt(root: str | Path, missing: str = "error") -> Dataset:
@@ -46,7 +38,9 @@ def load_msrvtt(root: str | Path, missing: str = "error") -> Dataset:
             split = str(require_field(v, "split", where)).lower()
             if split not in SPLITS:
                 raise DatasetError(f"{where}: unknown split {split!r}")
-            records.setdefault(vid, (vid, _video_file(base, vid), SPLITS[split]))
+            records.setdefault(
+                vid, (vid, find_file(base, VIDEO_DIRS, vid, VIDEO_EXTS), SPLITS[split])
+            )
         for k, s in enumerate(require_field(data, "sentences", str(f))):
             where = f"{f}: sentences[{k}]"
             vid = str(require_field(s, "video_id", where))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from ._io import read_lines
+from ._io import find_file, read_lines
 from .dataset import Dataset, DatasetError, build_dataset, missing_files_error
 
 DESCRIPTION_FILES = ("AllVideoDescriptions.txt", "MSR Video Description Corpus.csv")
@@ -77,15 +77,6 @@ def _splits(root: Path) -> dict[str, str]:
     return out
 
 
-def _video_file(root: Path, clip: str) -> Path | None:
-    for d in VIDEO_DIRS:
-        for ext in VIDEO_EXTS:
-            p = root / d / f"{clip}{ext}"
-            if p.is_file():
-                return p
-    return None
-
-
 def load_msvd(root: str | Path, missing: str = "error") -> Dataset:
     """Load MSVD from ``root`` (see the module docstring)."""
     root = Path(root)
@@ -97,7 +88,7 @@ def load_msvd(root: str | Path, missing: str = "error") -> Dataset:
         raise DatasetError(f"{desc}: no descriptions")
     splits = _splits(root)
     clips = list(dict.fromkeys(c for c, _ in pairs))
-    files = {c: _video_file(root, c) for c in clips}
+    files = {c: find_file(root, VIDEO_DIRS, c, VIDEO_EXTS) for c in clips}
     absent = [c for c in clips if files[c] is None]
     if absent and missing == "error":
         raise missing_files_error(root, absent, "video")

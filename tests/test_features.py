@@ -239,3 +239,27 @@ def test_featurizer_reproduces_store_rows(tmp_path):
     other.weights_sha256 = "0" * 64  # other weights than the store was extracted with
     with pytest.raises(StoreError, match="do not match the model"):
         ImageFeaturizer(store, model=other)
+
+
+def test_one_extraction_writes_a_store_at_a_time(tmp_path):
+    """A second `vse features extract` on a store another one is writing is refused
+    (both would append rows), and the first one's lock goes with it."""
+    import fcntl
+
+    from tests.conftest import write_image
+    from vsekit.features import create_backbone
+    from vsekit.features.extract import LOCK_NAME, ExtractItem, extract_to_store
+    from vsekit.features.store import StoreError
+
+    items = [ExtractItem(f"i{k}", write_image(tmp_path / f"i{k}.png", seed=k), "train")
+             for k in range(3)]  # fmt: skip
+    model = create_backbone("tiny-test", weights="random")
+    out = tmp_path / "store"
+    out.mkdir()
+    with open(out / LOCK_NAME, "a+") as other:  # another process's extraction
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(StoreError, match="another extraction is writing this store"):
+            extract_to_store(items, out, model, crops=1, progress=False)
+        assert not (out / "meta.json").exists()  # refused before writing anything
+    store = extract_to_store(items, out, model, crops=1, progress=False)
+    assert store.n == 3

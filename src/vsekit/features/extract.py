@@ -16,6 +16,7 @@ images are recorded in ``failed.jsonl`` and get no row; they are reported at the
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import time
@@ -82,6 +83,8 @@ class _ViewsDataset(torch.utils.data.Dataset):
 def _collate(batch):
     return batch  # list of (index, views | None, error | None)
 
+
+LOCK_NAME = "extract.lock"  # held by the one extraction writing a store
 
 #: Crops per forward call. Small micro-batches are faster per crop on CPU (they stay in
 #: cache): measured on a 2-core EPYC with ResNet-50, 8 crops take 0.062 s/crop, 80 crops
@@ -214,8 +217,38 @@ def extract_to_store(
         sampling: which frames of a video item are used (default: one a second).
 
     Raises:
-        StoreError: ``out`` holds a store made with other settings or images.
+        StoreError: ``out`` holds a store made with other settings or images, or
+            another extraction is writing it (one writer per store: ``extract.lock``).
     """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / LOCK_NAME, "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StoreError(
+                f"{out}: another extraction is writing this store; let it finish (or stop "
+                "it) and run the same command again to resume"
+            ) from None
+        return _extract_locked(items, out, model, crops, batch_size, workers, with_rmac,
+                               dataset, progress, on_batch, device, sampling)  # fmt: skip
+
+
+def _extract_locked(
+    items: Sequence[ExtractItem],
+    out: str | Path,
+    model: Backbone,
+    crops: int = 10,
+    batch_size: int = 16,
+    workers: int = 1,
+    with_rmac: bool = True,
+    dataset: str = "",
+    progress: bool = True,
+    on_batch: Callable[[int], None] | None = None,
+    device: str | None = None,
+    sampling: Sampling | None = None,
+) -> FeatureStore:
+    """:func:`extract_to_store` once its lock is held."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     model = prepare_model(model, device)

@@ -49,11 +49,19 @@ def onnx_available(path: Path) -> bool:
     return True
 
 
+#: The text graph runs on one thread unless told otherwise: a query is a GRU over a few
+#: words, where a thread pool's hand-offs cost more than they save, and a service's
+#: concurrent requests then share the cores instead of oversubscribing them
+#: (measured by benchmarks/http_load.py; see docs/benchmarks.md).
+TEXT_THREADS = 1
+
+
 def _session(path: Path, threads: int | None):
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    threads = threads or (TEXT_THREADS if path.name == "text.onnx" else None)
     if threads:
         opts.intra_op_num_threads = threads
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])

@@ -20,6 +20,32 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 
+class LockBusy(RuntimeError):
+    """Another process holds the lock (:func:`exclusive_lock` without ``wait``)."""
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: str | os.PathLike, wait: str | None = None) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created if missing): one writer at a
+    time across processes. When another process holds it: with ``wait``, print that
+    message to stderr and block until it is free; without, raise :class:`LockBusy`."""
+    import fcntl
+    import sys
+
+    with open(path, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if wait is None:
+                raise LockBusy(str(path)) from None
+            print(wait, file=sys.stderr)
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def cache_dir() -> Path:
     """vsekit's cache: ``$VSEKIT_CACHE``, default ``~/.cache/vsekit`` (weights, stores,
     the default index, parses)."""

@@ -16,7 +16,7 @@ images are recorded in ``failed.jsonl`` and get no row; they are reported at the
 
 from __future__ import annotations
 
-import fcntl
+import functools
 import json
 import os
 import time
@@ -30,7 +30,7 @@ import torch
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from ..fsio import atomic_write
+from ..fsio import LockBusy, atomic_write, exclusive_lock
 from ..images import ImageError, load_image
 from ..video import Sampling, is_video, read_frames
 from .backbones import Backbone
@@ -193,6 +193,27 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+def _one_writer(fn: Callable[..., FeatureStore]) -> Callable[..., FeatureStore]:
+    """Run an extraction into the store ``out`` only while it holds the store's
+    ``extract.lock``: two extractions into one store would both append rows."""
+
+    @functools.wraps(fn)
+    def locked(items, out, *args, **kwargs) -> FeatureStore:
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        try:
+            with exclusive_lock(out / LOCK_NAME):
+                return fn(items, out, *args, **kwargs)
+        except LockBusy:
+            raise StoreError(
+                f"{out}: another extraction is writing this store; let it finish (or stop "
+                "it) and run the same command again to resume"
+            ) from None
+
+    return locked
+
+
+@_one_writer
 def extract_to_store(
     items: Sequence[ExtractItem],
     out: str | Path,
@@ -220,37 +241,7 @@ def extract_to_store(
         StoreError: ``out`` holds a store made with other settings or images, or
             another extraction is writing it (one writer per store: ``extract.lock``).
     """
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / LOCK_NAME, "a+") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise StoreError(
-                f"{out}: another extraction is writing this store; let it finish (or stop "
-                "it) and run the same command again to resume"
-            ) from None
-        return _extract_locked(items, out, model, crops, batch_size, workers, with_rmac,
-                               dataset, progress, on_batch, device, sampling)  # fmt: skip
-
-
-def _extract_locked(
-    items: Sequence[ExtractItem],
-    out: str | Path,
-    model: Backbone,
-    crops: int = 10,
-    batch_size: int = 16,
-    workers: int = 1,
-    with_rmac: bool = True,
-    dataset: str = "",
-    progress: bool = True,
-    on_batch: Callable[[int], None] | None = None,
-    device: str | None = None,
-    sampling: Sampling | None = None,
-) -> FeatureStore:
-    """:func:`extract_to_store` once its lock is held."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(out)  # created, and locked, by _one_writer
     model = prepare_model(model, device)
     meta = _store_meta(model, items, crops, with_rmac, batch_size, dataset, sampling)
     meta_file = out / "meta.json"

@@ -46,13 +46,11 @@ new path) keeps its id and embedding: moving a photo folder costs no re-embeddin
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import fnmatch
 import json
 import os
 import sqlite3
 import stat
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -60,6 +58,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..fsio import exclusive_lock
 from ..images import IMAGE_SUFFIXES, ImageError, load_image
 from ..topk import dot_scores
 from ..video import INSTALL_HINT, VIDEO_SUFFIXES, Sampling, embed_video, is_video, video_support
@@ -369,17 +368,9 @@ class Collection:
         """The index's one-writer lock (blocks while another process holds it)."""
         if self.read_only:
             raise CollectionError(f"{self.path}: the index is read-only here; cannot update it")
-        with open(self.path / LOCK_NAME, "a+") as fh:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                print(f"{self.path}: another process is updating this index; waiting",
-                      file=sys.stderr)  # fmt: skip
-                fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+        waiting = f"{self.path}: another process is updating this index; waiting"
+        with exclusive_lock(self.path / LOCK_NAME, wait=waiting):
+            yield
 
     # -- metadata ------------------------------------------------------------------
     def _meta(self) -> dict[str, str]:

@@ -103,9 +103,8 @@ class OnnxModel(BaseModel):
                     f"{path / name}: sha256 {got} is not the recorded {want}; "
                     "re-create it with `vse model onnx`"
                 )
-        self._fingerprint = meta.get("model_fingerprint")
-        if precision == "int8" and self._fingerprint:
-            self._fingerprint = int8_fingerprint(self._fingerprint, meta["sha256"][INT8_FILE])
+        self._fingerprint = meta.get("model_fingerprint")  # of the weights; see fingerprint
+        self._int8_sha256 = meta["sha256"][INT8_FILE] if precision == "int8" else None
         self.vocab = Vocabulary.load(path / "vocab.json")
         if extras["expansion"] is not None:  # text.onnx holds the expanded table
             self.vocab = self.vocab.extended(extras["expansion"][0])
@@ -156,11 +155,9 @@ class OnnxModel(BaseModel):
         """The fingerprint of the weights the ONNX files were made from (``onnx.json``),
         checked against the bundle's weights when those are readable."""
         if self._fingerprint is None:
-            fp = super().fingerprint
-            if self.precision == "int8":
-                meta = json.loads((self.path / "onnx.json").read_text())
-                fp = int8_fingerprint(fp, meta["sha256"][INT8_FILE])
-            self._fingerprint = fp
+            self._fingerprint = super().fingerprint
+        if self._int8_sha256 is not None:  # the quantised image encoder is another one
+            return int8_fingerprint(self._fingerprint, self._int8_sha256)
         return self._fingerprint
 
     @property

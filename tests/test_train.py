@@ -303,14 +303,16 @@ def test_selection_on_a_slice_carved_from_train_never_reads_dev(tmp_path):
 
     root = write_flickr8k_folder(tmp_path / "f8k", n=12, n_train=9)
     ds = load_dataset(root)
-    train, sel = train_and_selection(ds, DataConfig(val_from_train=3), seed=0)
+    train, sel = train_and_selection(ds, DataConfig(val_from_train=3))
     train_ids, sel_ids = {im.id for im in train.images}, {im.id for im in sel.images}
     assert len(train_ids) == 6 and len(sel_ids) == 3 and not train_ids & sel_ids
     assert (train_ids | sel_ids) == {im.id for im in ds.split("train").images}
     assert len(sel.captions) == 6  # each carved image keeps its captions
-    again = train_and_selection(ds, DataConfig(val_from_train=3), seed=0)[1]
+    again = train_and_selection(ds, DataConfig(val_from_train=3))[1]
     assert [im.id for im in again.images] == [im.id for im in sel.images]  # seeded
-    plain = train_and_selection(ds, DataConfig(), seed=0)[1]
+    other = train_and_selection(ds, DataConfig(val_from_train=3, val_seed=1))[1]
+    assert {im.id for im in other.images} != sel_ids  # data.val_seed picks the slice
+    plain = train_and_selection(ds, DataConfig())[1]
     assert {im.id for im in plain.images} == {im.id for im in ds.split("dev").images}
 
 

@@ -49,7 +49,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         except ValueError:
             pass
     if (
-        tp in (int, str, bool)
+        tp in (int, str, bool, dict)
         and isinstance(value, tp)
         and not (tp is int and isinstance(value, bool))
     ):

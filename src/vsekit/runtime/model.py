@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -43,13 +44,20 @@ from ..data.vocab import Vocabulary
 from ..features.fne import FNEStats
 from ..features.kinds import features_of_kind
 from ..fsio import atomic_dir, atomic_write
-from ..models.factory import create_model, model_config, upgrade_model_section
+from ..models.factory import (
+    create_model,
+    model_config,
+    text_encoders,
+    upgrade_model_section,
+    word_encoder,
+)
 from .base import (
     BUNDLE_VERSION,
     DEFAULT_MODEL,
     EXPANSION_INFO,
     EXPANSION_VECTORS,
     EXPANSION_WORDS,
+    TOKENIZER_FILE,
     BaseModel,
     ImageInput,
     ModelError,
@@ -97,7 +105,12 @@ class VSEModel(BaseModel):
         self.model = model.eval().to(self.device)
         self._backbone = None
         self.expansion: tuple[list[str], np.ndarray] | None = None
-        self._base_vocab = getattr(getattr(model, "text", None), "vocab", None)
+        self._base_vocab = getattr(self._word_encoder(), "vocab", None)
+
+    def _word_encoder(self):
+        """The word-level text encoder (a vocabulary and a word table), or None."""
+        found = word_encoder(self.model)
+        return found[1] if found else None
 
     def expand_vocabulary(self, words: Sequence[str], vectors: np.ndarray, info: dict) -> None:
         """Append ``words`` with their ``vectors`` (in the word-embedding space; see
@@ -105,8 +118,8 @@ class VSEModel(BaseModel):
         existing word keeps its id and vector, and the model its fingerprint."""
         if self.expansion is not None:
             raise ModelError(f"{self.path}: the vocabulary is already expanded")
-        enc = getattr(self.model, "text", None)
-        if not hasattr(enc, "rnn"):
+        enc = self._word_encoder()
+        if enc is None:
             raise ModelError("vocabulary expansion needs a recurrent text encoder (word table)")
         vectors = np.asarray(vectors, np.float32)
         if vectors.shape != (len(words), enc.embed.weight.shape[1]):
@@ -127,8 +140,14 @@ class VSEModel(BaseModel):
         try:
             info = json.loads((path / "bundle.json").read_text())
             mcfg = model_config(upgrade_model_section(info["config"]["model"]))
-            if getattr(mcfg, "text", None) is not None:  # weights come from the bundle:
-                mcfg.text.glove = False  # no GloVe initialisation (400k words) to load
+            # weights come from the bundle: no GloVe initialisation (400k words) to load
+            for text in [getattr(mcfg, "text", None)] + [
+                m.get("text") for m in getattr(mcfg, "members", [])
+            ]:  # fmt: skip
+                if isinstance(text, dict):
+                    text["glove"] = False
+                elif text is not None:
+                    text.glove = False
             vocab = Vocabulary.load(path / "vocab.json")
             model = create_model(info["img_dim"], vocab, mcfg)
             state = load_file(path / "model.safetensors")
@@ -149,7 +168,10 @@ class VSEModel(BaseModel):
         with atomic_dir(out) as tmp:
             state = {k: v.to(dtype).contiguous() for k, v in self._base_state().items()}
             save_file(state, tmp / "model.safetensors")
-            (self._base_vocab or self.model.text.vocab).save(tmp / "vocab.json")
+            (self._base_vocab or text_encoders(self.model)[0][1].vocab).save(tmp / "vocab.json")
+            for _, enc in text_encoders(self.model):  # word pieces: the ONNX backend reads it
+                if hasattr(enc, "tokenizer"):
+                    shutil.copyfile(enc.tokenizer.path, tmp / TOKENIZER_FILE)
             if self.expansion is not None:
                 write_expansion(tmp, *self.expansion, self.info.get("vocab_expansion", {}), half)
             if self.fne_stats is not None:
@@ -184,16 +206,19 @@ class VSEModel(BaseModel):
 
     @property
     def text_vocabulary(self):
-        text = getattr(self.model, "text", None)
-        return getattr(text, "vocab", None) if hasattr(text, "rnn") else None
+        """The word vocabulary, when every text encoder reads words from one (a model
+        with a word-piece tower represents any word, so it has none)."""
+        if any(hasattr(e, "tokenizer") for _, e in text_encoders(self.model)):
+            return None
+        return getattr(self._word_encoder(), "vocab", None)
 
     def _base_state(self) -> dict[str, torch.Tensor]:
         """The weights without a vocabulary expansion's rows (what the bundle stores in
         ``model.safetensors``, and what identifies the model)."""
         state = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
         if self.expansion is not None:
-            n = len(self._base_vocab)
-            state["text.embed.weight"] = state["text.embed.weight"][:n]
+            key = word_encoder(self.model)[0] + "embed.weight"
+            state[key] = state[key][: len(self._base_vocab)]
         return state
 
     def _weights_fp16(self) -> Iterator[tuple[str, np.ndarray]]:

@@ -23,7 +23,15 @@ from ..data.tokenizer import tokenize
 from ..data.vocab import Vocabulary
 from ..images import load_image
 from ..views import crop_views_array
-from .base import BaseModel, ImageInput, ModelError, bundle_dir, read_bundle_extras, unit
+from .base import (
+    TOKENIZER_FILE,
+    BaseModel,
+    ImageInput,
+    ModelError,
+    bundle_dir,
+    read_bundle_extras,
+    unit,
+)
 
 ONNX_FILES = ("image.onnx", "text.onnx", "onnx.json")
 PRECISIONS = ("fp32", "int8")
@@ -114,6 +122,13 @@ class OnnxModel(BaseModel):
                 f"{path / 'text.onnx'}: made for {meta['text_vocab']:,} words, the bundle has "
                 f"{len(self.vocab):,} (expanded since?); re-create it with `vse model onnx`"
             )
+        # the text graph's inputs: word ids (gru/lstm), word pieces (minilm), or both
+        self._text_inputs = list(meta.get("text_inputs", ["ids", "lengths"]))
+        self._pieces = None
+        if "input_ids" in self._text_inputs:
+            from ..text.wordpiece import WordPieceTokenizer
+
+            self._pieces = WordPieceTokenizer(path / TOKENIZER_FILE)
         self._threads = threads
         self._sessions: dict[str, object] = {}  # created on first use: a text search
         # never pays for the image graph (49 MB of weights to fold into float32)
@@ -162,7 +177,8 @@ class OnnxModel(BaseModel):
 
     @property
     def text_vocabulary(self):
-        return self.vocab
+        """None when a word-piece encoder reads the text: it represents any word."""
+        return None if self._pieces is not None else self.vocab
 
     def _weights_fp16(self) -> Iterator[tuple[str, np.ndarray]]:
         from safetensors.numpy import load_file
@@ -196,9 +212,14 @@ class OnnxModel(BaseModel):
         return unit(emb) if normalize else emb
 
     def _encode_text_batch(self, texts: list[str]) -> np.ndarray:
-        seqs = [self.vocab.encode(tokenize(t)) or [self.vocab.unk_id] for t in texts]
-        lengths = np.asarray([len(s) for s in seqs], np.int64)
-        ids = np.zeros((len(seqs), int(lengths.max())), np.int64)
-        for k, s in enumerate(seqs):
-            ids[k, : len(s)] = s
-        return self._session("text").run(None, {"ids": ids, "lengths": lengths})[0]
+        feeds: dict[str, np.ndarray] = {}
+        if "ids" in self._text_inputs:
+            seqs = [self.vocab.encode(tokenize(t)) or [self.vocab.unk_id] for t in texts]
+            lengths = np.asarray([len(s) for s in seqs], np.int64)
+            ids = np.zeros((len(seqs), int(lengths.max())), np.int64)
+            for k, s in enumerate(seqs):
+                ids[k, : len(s)] = s
+            feeds.update(ids=ids, lengths=lengths)
+        if self._pieces is not None:
+            feeds.update(self._pieces(texts))
+        return self._session("text").run(None, feeds)[0]

@@ -27,7 +27,7 @@ from ..registry import Registry
 
 @dataclass
 class TextEncoderConfig:
-    kind: str = "gru"  # registered encoder name: gru | lstm
+    kind: str = "gru"  # registered encoder name: gru | lstm | minilm | bow | trigram | ...
     word_dim: int = 300  # word embedding size (50 to initialise from GloVe 6B-50d)
     embed_dim: int = 1024  # output size = RNN hidden size
     num_layers: int = 1  # stacked RNN layers
@@ -35,10 +35,12 @@ class TextEncoderConfig:
     glove: bool = False  # initialise known words from GloVe
     dropout: float = 0.0  # dropout on word embeddings
     stopwords: bool = False  # vectorisers (bow, trigram, mean_glove): drop English stop words
+    finetune_layers: int = 0  # minilm: train the top k transformer layers (0: frozen, cached)
+    proj_hidden: int = 0  # minilm: hidden width of the projection MLP (0: linear)
 
 
 TEXT_ENCODERS: Registry[type[nn.Module]] = Registry(
-    "text encoder", modules=("vsekit.text.vectorizers",)
+    "text encoder", modules=("vsekit.text.vectorizers", "vsekit.text.pretrained")
 )
 register_text_encoder = TEXT_ENCODERS.register
 list_text_encoders = TEXT_ENCODERS.names

@@ -38,6 +38,7 @@ class DataConfig:
     # carve this many train images (seeded) as the slice that selects epochs, switches the
     # curriculum and stops early, so dev stays untouched (0: select on dev_split)
     val_from_train: int = 0
+    val_seed: int = 0  # the carve's seed: the same slice whatever train.seed (ensembles)
     # drop every training (and selection) caption that uses one of these words, so the
     # model never reads them: the zero-shot protocol (benchmarks/zero_shot.py)
     hold_out_words: list[str] = field(default_factory=list)

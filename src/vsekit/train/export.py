@@ -80,3 +80,50 @@ def attach_tagger(model: VSEModel, run: str | Path) -> None:
         raise ValueError(f"{run}: its image features differ from the model's ({spec})")
     model.tagger = (tagger.W.detach().float().cpu().numpy(), list(tagger.vocab.itos))
     model.info["tagger"] = {"run": Path(run).name, "dev_metrics": _run_metrics(Path(run), "best")}
+
+
+#: what must agree for models to share one image pass (an ensemble's members)
+_SAME_IMAGE_SIDE = ("backbone", "weights_sha256", "crops", "features", "baseline_layer")
+
+
+def ensemble_from_models(models: list[VSEModel], weights: list[float] | None = None) -> VSEModel:
+    """Several models trained on the same image features as one
+    (:class:`~vsekit.models.factory.EnsembleEmbedding`: the weighted mean of their cosine
+    similarities). Raises ValueError naming the member whose image side or vocabulary
+    differs."""
+    import torch
+
+    from ..models.factory import create_model, model_config, word_encoder
+
+    if len(models) < 2:
+        raise ValueError("an ensemble needs at least 2 models")
+    first = models[0]
+    want = {k: first.info["image"].get(k) for k in _SAME_IMAGE_SIDE}
+    vocab = None
+    for m in models:
+        got = {k: m.info["image"].get(k) for k in _SAME_IMAGE_SIDE}
+        if got != want:
+            diff = [k for k in _SAME_IMAGE_SIDE if got[k] != want[k]]
+            raise ValueError(f"{m.path}: other image features than {first.path} ({diff})")
+        if m.expansion is not None:
+            raise ValueError(f"{m.path}: expand the ensemble's vocabulary, not a member's")
+        enc = word_encoder(m.model)
+        if enc is not None:
+            if vocab is not None and enc[1].vocab.itos != vocab.itos:
+                raise ValueError(f"{m.path}: its vocabulary differs from the other members'")
+            vocab = enc[1].vocab
+    vocab = vocab or first.model.text.vocab
+    section = {
+        "kind": "ensemble",
+        "members": [m.info["config"]["model"] for m in models],
+        "weights": list(weights or [1.0] * len(models)),
+    }
+    model = create_model(first.info["img_dim"], vocab, model_config(section))
+    with torch.no_grad():
+        for member, m in zip(model.members, models, strict=True):
+            member.load_state_dict(m.model.state_dict())
+    config = dict(first.info["config"], name="ensemble", model=section)
+    info = dict(first.info, config=config, dev_metrics=None,
+                source={"ensemble": [m.info.get("source") for m in models]})  # fmt: skip
+    info.pop("tagger", None)
+    return VSEModel(model, info, first.fne_stats, None, first.path)

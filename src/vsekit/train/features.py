@@ -65,13 +65,13 @@ def sampling_of(cfg: DataConfig) -> Sampling:
     return Sampling(every=cfg.video_every, n=cfg.video_frames)
 
 
-def train_and_selection(ds: Dataset, cfg: DataConfig, seed: int) -> tuple[Dataset, Dataset]:
+def train_and_selection(ds: Dataset, cfg: DataConfig) -> tuple[Dataset, Dataset]:
     """``(train, selection)``: the split a run trains on and the one that picks its
     epochs. With ``val_from_train`` the selection split is that many train images carved
-    out (seeded), so dev is never looked at; else it is ``dev_split``."""
+    out (seeded by ``val_seed``), so dev is never looked at; else it is ``dev_split``."""
     if not cfg.val_from_train:
         return ds.split(cfg.train_split), ds.split(cfg.dev_split)
-    ds = ds.carve(cfg.train_split, cfg.val_from_train, "train-val", seed)
+    ds = ds.carve(cfg.train_split, cfg.val_from_train, "train-val", cfg.val_seed)
     return ds.split(cfg.train_split), ds.split("train-val")
 
 

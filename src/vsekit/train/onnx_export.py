@@ -30,6 +30,8 @@ import torch
 from torch import nn
 
 from ..fsio import atomic_write
+from ..models.factory import EnsembleEmbedding
+from ..runtime.base import TOKENIZER_FILE
 from ..runtime.model import VSEModel
 
 ONNX_OPSET = 17
@@ -69,21 +71,67 @@ class _ImageGraph(nn.Module):
         return self.model.encode_images(feats), feats
 
 
+#: the text graph's inputs for each kind of text encoder
+WORD_INPUTS, PIECE_INPUTS = ("ids", "lengths"), ("input_ids", "attention_mask")
+
+
 class _TextGraph(nn.Module):
+    """The model's text side: one encoder, or an ensemble's members scaled and
+    concatenated (:class:`~vsekit.models.factory.EnsembleEmbedding`). Word-level
+    encoders read ``ids``/``lengths``, word-piece ones ``input_ids``/``attention_mask``;
+    the graph takes the inputs its encoders need (``self.inputs``)."""
+
     def __init__(self, vse: VSEModel) -> None:
         super().__init__()
-        enc = getattr(vse.model, "text", None)
-        cfg = getattr(enc, "cfg", None)
-        if type(vse.model).__name__ != "JointEmbedding" or not hasattr(enc, "rnn"):
-            raise ValueError("ONNX export covers joint models with a gru or lstm text encoder")
-        if cfg.bidirectional:
-            raise ValueError("ONNX export: a bidirectional text encoder is not supported")
-        self.enc = enc.to("cpu")
+        model = vse.model
+        members = list(model.members) if isinstance(model, EnsembleEmbedding) else [model]
+        self.scales = list(getattr(model, "scales", [1.0]))
+        encs = []
+        for m in members:
+            enc = getattr(m, "text", None)
+            if type(m).__name__ != "JointEmbedding" or not (
+                hasattr(enc, "rnn") or hasattr(enc, "tokenizer")
+            ):
+                raise ValueError(
+                    "ONNX export covers joint models (and their ensembles) with a gru, lstm "
+                    "or minilm text encoder"
+                )
+            if hasattr(enc, "rnn") and enc.cfg.bidirectional:
+                raise ValueError("ONNX export: a bidirectional text encoder is not supported")
+            encs.append(enc.to("cpu"))
+        self.encs = nn.ModuleList(encs)
+        # a frozen pretrained transformer lives outside its encoder's module tree (it is
+        # not trained or saved); registered here, its weights become initializers
+        self.pretrained = nn.ModuleList(e.__dict__["_bert"] for e in encs if "_bert" in e.__dict__)
+        words = any(hasattr(e, "rnn") for e in encs)
+        pieces = any(hasattr(e, "tokenizer") for e in encs)
+        self.inputs = [*(WORD_INPUTS if words else ()), *(PIECE_INPUTS if pieces else ())]
 
-    def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        out, _ = self.enc.rnn(self.enc.embed(ids))  # [B, T, D]
-        last = (lengths - 1).clamp(min=0).view(-1, 1, 1).expand(-1, 1, out.shape[2])
-        return nn.functional.normalize(out.gather(1, last).squeeze(1), dim=1)
+    def forward(self, *args: torch.Tensor) -> torch.Tensor:
+        x = dict(zip(self.inputs, args, strict=True))
+        outs = []
+        for scale, enc in zip(self.scales, self.encs, strict=True):
+            if hasattr(enc, "rnn"):
+                out, _ = enc.rnn(enc.embed(x["ids"]))  # [B, T, D]
+                last = (x["lengths"] - 1).clamp(min=0).view(-1, 1, 1)
+                last = last.expand(-1, 1, out.shape[2])
+                emb = nn.functional.normalize(out.gather(1, last).squeeze(1), dim=1)
+            else:
+                emb = enc(input_ids=x["input_ids"], attention_mask=x["attention_mask"])
+            outs.append(scale * emb if scale != 1.0 else emb)
+        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
+
+    def example(self) -> tuple[tuple[torch.Tensor, ...], dict]:
+        """Example inputs for tracing, and their dynamic axes."""
+        ids = torch.tensor([[3, 4, 5, 0], [6, 7, 0, 0]], dtype=torch.long)
+        feeds = {"ids": ids, "lengths": torch.tensor([3, 2], dtype=torch.long),
+                 "input_ids": torch.tensor([[101, 1037, 3899, 102], [101, 2048, 102, 0]]),
+                 "attention_mask": torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]])}  # fmt: skip
+        axes = {"ids": {0: "b", 1: "t"}, "lengths": {0: "b"}, "input_ids": {0: "b", 1: "p"},
+                "attention_mask": {0: "b", 1: "p"}, "embedding": {0: "b"}}  # fmt: skip
+        return tuple(feeds[k] for k in self.inputs), {
+            k: v for k, v in axes.items() if k in self.inputs or k == "embedding"
+        }
 
 
 def _fp16_storage(path: Path, min_elements: int = 4096) -> None:
@@ -223,8 +271,7 @@ def export_onnx(
     image, text = _ImageGraph(vse).eval(), _TextGraph(vse).eval()
     crops, size = int(vse.info["image"]["crops"]), image.size
     views = torch.randint(0, 255, (2, crops, 3, size, size), dtype=torch.uint8)
-    ids = torch.tensor([[3, 4, 5, 0], [6, 7, 0, 0]], dtype=torch.long)
-    lengths = torch.tensor([3, 2], dtype=torch.long)
+    text_args, text_axes = text.example()
     files: dict[str, str] = {}
     kept: list[str] = []
     image_spec = (
@@ -237,8 +284,7 @@ def export_onnx(
     )
     graphs = [
         ("image.onnx", image_spec, storage),
-        ("text.onnx", ("text", text, (ids, lengths), ["ids", "lengths"], ["embedding"],
-                       {"ids": {0: "b", 1: "t"}, "lengths": {0: "b"}, "embedding": {0: "b"}}),
+        ("text.onnx", ("text", text, text_args, text.inputs, ["embedding"], text_axes),
          storage),
     ]  # fmt: skip
     if calibration:
@@ -272,9 +318,12 @@ def export_onnx(
         files[fname] = _sha256(path)
     if not calibration:
         (out / "image.int8.onnx").unlink(missing_ok=True)  # stale: not the new weights
+    if set(PIECE_INPUTS) <= set(text.inputs):  # the word-piece vocabulary the graph reads
+        files[TOKENIZER_FILE] = _sha256(out / TOKENIZER_FILE)
     meta = {"opset": ONNX_OPSET, "storage": storage, "sha256": files,
             "embed_dim": vse.embed_dim, "model_fingerprint": vse.fingerprint,
             "default_precision": "int8" if int8_default else "fp32",
+            "text_inputs": text.inputs,
             "text_vocab": len(vse.text_vocabulary) if vse.text_vocabulary else None}  # fmt: skip
     if calibration:
         meta["int8"] = {"calibration_images": len(calibration),

@@ -14,7 +14,7 @@ def load_tag_data(cfg: ExperimentConfig, progress: bool = True) -> TagData:
     ds = load_dataset(cfg.data.root, cfg.data.format)
     store = ensure_store(cfg.data, ds, progress=progress)
     mined = mine_tags(ds, cfg.tags.scheme, cfg.tags.relevance, progress=progress)
-    train, dev = train_and_selection(ds, cfg.data, cfg.train.seed)
+    train, dev = train_and_selection(ds, cfg.data)
     tf = image_features(store, cfg.data.features, [im.id for im in train.images])
     df = image_features(store, cfg.data.features, [im.id for im in dev.images])
     names = [[t for t, _ in mined[im.id]] for im in train.images]

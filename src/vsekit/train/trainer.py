@@ -128,7 +128,7 @@ def load_train_data(
 ) -> TrainData:
     ds = load_dataset(cfg.data.root, cfg.data.format)
     store = ensure_store(cfg.data, ds, progress=progress)
-    train, dev = train_and_selection(ds, cfg.data, cfg.train.seed)
+    train, dev = train_and_selection(ds, cfg.data)
     if cfg.data.hold_out_words:  # never read: not in the vocabulary, not in any batch
         train = train.without_words(cfg.data.hold_out_words)
         if cfg.data.val_from_train:

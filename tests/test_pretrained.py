@@ -185,6 +185,21 @@ def test_onnx_ensemble_with_a_word_piece_member(tmp_path):
     a, b = ens.encode_text(texts), onnx_m.encode_text(texts)
     assert a.shape == b.shape == (len(texts), 12)
     assert (a * b).sum(1).min() >= 0.9999
+    # the transformer quantised dynamically: about half its fp16 size, near the float one,
+    # and only its nodes (the GRU's word table stays float)
+    size = (out / "text.onnx").stat().st_size
+    meta = export_onnx(vsekit.VSEModel.load(out, device="cpu"), out, text_int8=True)
+    assert meta["text_storage"] == "int8" and (out / "text.onnx").stat().st_size < 0.6 * size
+    import onnx
+
+    nodes = onnx.load(str(out / "text.onnx")).graph.node
+    quantised = [n.name for n in nodes if n.op_type in ("MatMulInteger", "DynamicQuantizeLinear")]
+    assert quantised and all("/pretrained." in n for n in quantised)
+    word_table = [n for n in nodes if n.op_type == "Gather" and "/pretrained." not in n.name]
+    assert word_table  # the GRU's lookup, untouched
+    c = vsekit.load_model(out, backend="onnx").encode_text(texts)
+    cos = (a * c).sum(1)
+    assert cos.mean() >= 0.99 and cos.min() >= 0.97
     (out / "tokenizer.json").write_text("{}")
     with pytest.raises(vsekit.ModelError, match="tokenizer.json: sha256"):
         vsekit.load_model(out, backend="onnx")

@@ -78,6 +78,12 @@ def _add_model(sub: argparse._SubParsersAction) -> None:
         help="weights: fp16 (stored half, computed fp32) or fp32",
     )
     ox.add_argument(
+        "--text-int8",
+        action="store_true",
+        help="quantise a pretrained text transformer (MiniLM) in text.onnx dynamically: int8 "
+        "weights per channel, half its fp16 size",
+    )
+    ox.add_argument(
         "--int8",
         action="store_true",
         help="also image.int8.onnx: the image graph quantised statically (ONNX Runtime), "
@@ -143,14 +149,16 @@ def _model_expand_vocab(args: argparse.Namespace) -> int:
     index, vectors = load_glove()
     table = enc.embed.weight.detach().cpu().numpy()
     exp = expand_vocabulary(enc.vocab, table, index, vectors, args.top, args.ridge)
-    had_onnx = (model.path / "onnx.json").is_file()
+    onnx_meta = model.path / "onnx.json"
+    prev = json.loads(onnx_meta.read_text()) if onnx_meta.is_file() else None
     write_expansion(model.path, exp.words, exp.vectors, exp.info)
-    if had_onnx:  # the text graph holds the word table: make it again (fp16)
-        export_onnx(VSEModel.load(model.path, device="cpu"), model.path)
+    if prev is not None:  # the text graph holds the word table: make it again
+        export_onnx(VSEModel.load(model.path, device="cpu"), model.path,
+                    text_int8=prev.get("text_storage") == "int8")  # fmt: skip
     print(
         f"{model.path}: {len(exp.words):,} words added (map fitted on {exp.info['fitted_on']:,} "
         f"training words, held-out R^2 {exp.info['r2_held_out']:.3f})"
-        + ("; ONNX files re-made (fp16; add --int8 again if you used it)" if had_onnx else "")
+        + ("; ONNX files re-made (add --int8 again if you used it)" if prev else "")
     )
     return 0
 
@@ -223,6 +231,7 @@ def _model_onnx(args: argparse.Namespace) -> int:
         moving_average=args.moving_average,
         preprocess=args.preprocess,
         int8_default=args.int8_default,
+        text_int8=args.text_int8,
     )
     for name in meta["sha256"]:
         size = (model.path / name).stat().st_size / 1e6

@@ -222,6 +222,30 @@ def quantize_image_int8(
     return excluded
 
 
+def quantize_pretrained_int8(path: Path) -> None:
+    """Dynamic int8 quantisation, in place, of the pretrained transformer in a text graph
+    (ONNX Runtime's ``quantize_dynamic``): its matrix products and word-piece table get
+    int8 weights, one scale per output channel; activations are quantised at run time.
+    Other nodes (a GRU's word table, the projections) stay float. ValueError if the
+    graph has no pretrained transformer."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    nodes = [n.name for n in onnx.load(str(path), load_external_data=False).graph.node
+             if "/pretrained." in n.name and n.op_type in ("MatMul", "Gather")]  # fmt: skip
+    if not nodes:
+        raise ValueError("text int8: the text graph has no pretrained transformer to quantise")
+    out = path.with_name(path.name + ".int8.onnx")
+    try:
+        quantize_dynamic(
+            str(path), str(out), weight_type=QuantType.QInt8, per_channel=True,
+            nodes_to_quantize=nodes, op_types_to_quantize=["MatMul", "Gather"],
+        )  # fmt: skip
+        os.replace(out, path)
+    finally:
+        out.unlink(missing_ok=True)
+
+
 KEEP_FLOAT = ("none", "stem", "head", "stem-head")
 
 
@@ -255,13 +279,15 @@ def export_onnx(
     moving_average: bool = False,
     preprocess: bool = False,
     int8_default: bool = False,
+    text_int8: bool = False,
 ) -> dict:
     """Write ``image.onnx``, ``text.onnx`` and ``onnx.json`` into the bundle ``out``.
     ``storage``: ``fp16`` (weights stored half, computed in float32) or ``fp32``.
     With ``calibration`` (training image paths, never the evaluation split), also
     ``image.int8.onnx``: the image graph quantised statically
     (:func:`quantize_image_int8`), which ``precision="int8"`` runs, and the bundle's
-    default when ``int8_default``."""
+    default when ``int8_default``. ``text_int8``: the text graph's pretrained transformer
+    quantised dynamically (:func:`quantize_pretrained_int8`)."""
     if storage not in ("fp16", "fp32"):
         raise ValueError(f"storage: use fp16 | fp32, not {storage!r}")
     if int8_default and not calibration:
@@ -285,7 +311,7 @@ def export_onnx(
     graphs = [
         ("image.onnx", image_spec, storage),
         ("text.onnx", ("text", text, text_args, text.inputs, ["embedding"], text_axes),
-         storage),
+         "text-int8" if text_int8 else storage),
     ]  # fmt: skip
     if calibration:
         graphs.append(("image.int8.onnx", image_spec, "int8"))
@@ -302,6 +328,9 @@ def export_onnx(
                 )  # fmt: skip
             if how == "fp16":
                 _fp16_storage(tmp)
+            elif how == "text-int8":
+                quantize_pretrained_int8(tmp)
+                _fp16_storage(tmp)  # the rest (word tables, recurrent layers, projections)
             elif how == "int8":
                 fp32 = tmp.with_name(tmp.name + ".fp32.onnx")
                 tmp.rename(fp32)
@@ -324,6 +353,7 @@ def export_onnx(
             "embed_dim": vse.embed_dim, "model_fingerprint": vse.fingerprint,
             "default_precision": "int8" if int8_default else "fp32",
             "text_inputs": text.inputs,
+            "text_storage": "int8" if text_int8 else storage,
             "text_vocab": len(vse.text_vocabulary) if vse.text_vocabulary else None}  # fmt: skip
     if calibration:
         meta["int8"] = {"calibration_images": len(calibration),

@@ -203,3 +203,21 @@ def test_onnx_ensemble_with_a_word_piece_member(tmp_path):
     (out / "tokenizer.json").write_text("{}")
     with pytest.raises(vsekit.ModelError, match="tokenizer.json: sha256"):
         vsekit.load_model(out, backend="onnx")
+
+
+def test_frozen_towers_share_one_transformer():
+    """Two MiniLM members hold one copy of the frozen transformer (in memory and in the
+    ONNX text graph, which computes the sentence vector once); the graph's output is the
+    ensemble's embedding."""
+    from vsekit.train.export import ensemble_from_models
+    from vsekit.train.onnx_export import _TextGraph
+
+    ens = ensemble_from_models([tiny_minilm_model(seed=0), tiny_minilm_model(seed=1)])
+    a, b = (m.text for m in ens.model.members)
+    assert a.__dict__["_bert"] is b.__dict__["_bert"]
+    graph = _TextGraph(ens).eval()
+    assert len(graph.pretrained) == 1 and graph.inputs == ["input_ids", "attention_mask"]
+    feeds = {k: torch.from_numpy(v) for k, v in a.tokenizer(CAPTIONS).items()}
+    with torch.no_grad():
+        got = graph(feeds["input_ids"], feeds["attention_mask"]).numpy()
+    np.testing.assert_allclose(got, ens.encode_text(CAPTIONS), atol=1e-5)

@@ -16,7 +16,9 @@ model never silently runs on other weights.
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import itertools
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -68,6 +70,29 @@ def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return nn.functional.normalize(mean, dim=1)
 
 
+@lru_cache(maxsize=1)
+def frozen_minilm():
+    """The pretrained transformer, loaded once per process and shared by every frozen
+    tower (an ensemble of MiniLM models holds one copy); never trained."""
+    from transformers import BertModel
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # its load report lists the unused pooler
+    hf_logging.disable_progress_bar()
+    # eager attention: the same arithmetic in training and in the exported ONNX graph
+    bert = BertModel.from_pretrained(
+        str(minilm_dir()), add_pooling_layer=False, attn_implementation="eager"
+    )
+    return bert.eval().requires_grad_(False)
+
+
+#: the frozen transformer's sentence vectors by text, shared by frozen towers; the oldest
+#: are dropped beyond SENTENCE_CACHE_LIMIT (about 150 MB), so a long-running process
+#: cannot grow without bound
+_SENTENCES: dict[str, np.ndarray] = {}
+SENTENCE_CACHE_LIMIT = 100_000
+
+
 @register_text_encoder("minilm")
 class MiniLMEncoder(nn.Module):
     """all-MiniLM-L6-v2 + projection; ``forward(input_ids, attention_mask)`` or, for a
@@ -75,24 +100,15 @@ class MiniLMEncoder(nn.Module):
 
     def __init__(self, vocab: Vocabulary, cfg: TextEncoderConfig) -> None:
         super().__init__()
-        from transformers import BertModel
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.set_verbosity_error()  # its load report lists the unused pooler
-        hf_logging.disable_progress_bar()
-
         self.vocab, self.cfg = vocab, cfg  # vocab: unused (word pieces), kept for the API
-        path = minilm_dir()
-        self.tokenizer = WordPieceTokenizer(path / "tokenizer.json")
-        # eager attention: the same arithmetic in training and in the exported ONNX graph
-        bert = BertModel.from_pretrained(
-            str(path), add_pooling_layer=False, attn_implementation="eager"
-        )
-        bert.eval().requires_grad_(False)
+        self.tokenizer = WordPieceTokenizer(minilm_dir() / "tokenizer.json")
         k = int(cfg.finetune_layers)
+        bert = frozen_minilm()
+        if not 0 <= k <= len(bert.encoder.layer):
+            raise ValueError(f"model.text.finetune_layers: 0 to {len(bert.encoder.layer)}, not {k}")
+        if k:  # a private copy whose top layers this encoder trains
+            bert = copy.deepcopy(bert)
         layers = bert.encoder.layer
-        if not 0 <= k <= len(layers):
-            raise ValueError(f"model.text.finetune_layers: 0 to {len(layers)}, not {k}")
         # the frozen transformer is kept outside the module tree: not a parameter, not in
         # the state dict; the tuned top layers are registered (trained and saved)
         self.__dict__["_bert"] = bert
@@ -107,7 +123,7 @@ class MiniLMEncoder(nn.Module):
         self.proj = nn.Sequential(*mods)
         self.embed_dim = self.dim = cfg.embed_dim
         self.frozen = k == 0
-        self._cache: dict[str, np.ndarray] = {}
+        self._cache: dict[str, np.ndarray] = _SENTENCES if self.frozen else {}
 
     def _bert_on(self, device: torch.device):
         bert = self.__dict__["_bert"]
@@ -120,7 +136,8 @@ class MiniLMEncoder(nn.Module):
         return self.proj[0].weight.device
 
     def sentence_vectors(self, texts: Sequence[str], batch: int = 256) -> np.ndarray:
-        """The frozen transformer's ``[B, 384]`` unit sentence vectors, cached by text."""
+        """The transformer's ``[B, 384]`` unit sentence vectors, cached by text (shared
+        by every frozen tower)."""
         todo = list(dict.fromkeys(t for t in texts if t not in self._cache))
         bert = self._bert_on(self._device)
         with torch.no_grad():
@@ -131,7 +148,12 @@ class MiniLMEncoder(nn.Module):
                 h = bert(**enc).last_hidden_state
                 vec = mean_pool(h, enc["attention_mask"]).float().cpu().numpy()
                 self._cache.update(zip(chunk, vec, strict=True))
-        return np.stack([self._cache[t] for t in texts]) if texts else np.zeros((0, 384))
+        out = np.stack([self._cache[t] for t in texts]) if texts else np.zeros((0, 384))
+        extra = len(self._cache) - SENTENCE_CACHE_LIMIT
+        if extra > 0:  # oldest first (insertion order)
+            for key in list(itertools.islice(self._cache, extra)):
+                del self._cache[key]
+        return out
 
     def prepare(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
         if self.frozen:

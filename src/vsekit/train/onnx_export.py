@@ -102,14 +102,18 @@ class _TextGraph(nn.Module):
         self.encs = nn.ModuleList(encs)
         # a frozen pretrained transformer lives outside its encoder's module tree (it is
         # not trained or saved); registered here, its weights become initializers
-        self.pretrained = nn.ModuleList(e.__dict__["_bert"] for e in encs if "_bert" in e.__dict__)
+        # (once: frozen towers share one, whose sentence vector the graph computes once)
+        berts = {
+            id(e.__dict__["_bert"]): e.__dict__["_bert"] for e in encs if "_bert" in e.__dict__
+        }
+        self.pretrained = nn.ModuleList(berts.values())
         words = any(hasattr(e, "rnn") for e in encs)
         pieces = any(hasattr(e, "tokenizer") for e in encs)
         self.inputs = [*(WORD_INPUTS if words else ()), *(PIECE_INPUTS if pieces else ())]
 
     def forward(self, *args: torch.Tensor) -> torch.Tensor:
         x = dict(zip(self.inputs, args, strict=True))
-        outs = []
+        outs, pooled = [], {}
         for scale, enc in zip(self.scales, self.encs, strict=True):
             if hasattr(enc, "rnn"):
                 out, _ = enc.rnn(enc.embed(x["ids"]))  # [B, T, D]
@@ -117,7 +121,10 @@ class _TextGraph(nn.Module):
                 last = last.expand(-1, 1, out.shape[2])
                 emb = nn.functional.normalize(out.gather(1, last).squeeze(1), dim=1)
             else:
-                emb = enc(input_ids=x["input_ids"], attention_mask=x["attention_mask"])
+                key = id(enc.__dict__["_bert"])
+                if key not in pooled:
+                    pooled[key] = enc.encode_tokens(x["input_ids"], x["attention_mask"])
+                emb = enc(pooled=pooled[key])
             outs.append(scale * emb if scale != 1.0 else emb)
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
 

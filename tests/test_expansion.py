@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from tests.conftest import make_tiny_model
 from vsekit.data.vocab import Vocabulary
@@ -134,3 +135,38 @@ def test_cli_expand_vocab(tmp_path, monkeypatch, capsys):
     assert main(["model", "expand-vocab", str(out)]) == 2
     assert "already expanded" in capsys.readouterr().err
     assert main(["model", "expand-vocab", str(out), "--if-missing"]) == 0  # setup re-runs
+
+
+@pytest.mark.slow
+def test_ensemble_expands_every_word_encoder(tmp_path, monkeypatch):
+    """An ensemble of two GRU models: `vse model expand-vocab` fits one map per member's
+    learned word space; a new word then has a vector in both tables (no id out of any
+    table's range), the bundle keeps one array per member, and ONNX agrees."""
+    import vsekit
+    import vsekit.text.glove as glove
+    from vsekit.cli import main
+    from vsekit.models.factory import word_encoders
+    from vsekit.runtime import VSEModel
+    from vsekit.train.export import ensemble_from_models
+    from vsekit.train.onnx_export import export_onnx
+
+    index, src = fake_source(dim=4)
+    monkeypatch.setattr(glove, "load_glove", lambda: (index, src))
+    caps = ["a dog runs on grass", "a red car", "two people in the snow"]
+    ens = ensemble_from_models([make_tiny_model(caps, seed=0), make_tiny_model(caps, seed=1)])
+    out = ens.save(tmp_path / "ens", half=False)
+    export_onnx(VSEModel.load(out, device="cpu"), out)
+    assert main(["model", "expand-vocab", str(out), "--top", "100"]) == 0
+    m = VSEModel.load(out, device="cpu")
+    encs = word_encoders(m.model)
+    assert len(encs) == 2
+    for _, enc in encs:
+        assert "canine" in enc.vocab.stoi and enc.embed.weight.shape[0] == len(enc.vocab)
+    a, b = (e.embed.weight[e.vocab.stoi["canine"]] for _, e in encs)
+    assert not torch.allclose(a, b)  # each member's own map
+    from safetensors.numpy import load_file
+
+    assert set(load_file(str(out / "expansion.safetensors"))) == {p for p, _ in encs}
+    texts = ["a canine on grass", "an automobile", "a dog"]
+    x, y = m.encode_text(texts), vsekit.load_model(out, backend="onnx").encode_text(texts)
+    assert (x * y).sum(1).min() >= 0.9999

@@ -131,6 +131,7 @@ def _add_model(sub: argparse._SubParsersAction) -> None:
 
 
 def _model_expand_vocab(args: argparse.Namespace) -> int:
+    from ..models.factory import word_encoders
     from ..runtime import VSEModel
     from ..runtime.model import write_expansion
     from ..text.expansion import expand_vocabulary
@@ -143,12 +144,16 @@ def _model_expand_vocab(args: argparse.Namespace) -> int:
             print(f"{model.path}: already expanded ({len(model.expansion[0]):,} words)")
             return 0
         raise ValueError(f"{model.path}: the vocabulary is already expanded")
-    enc = model._word_encoder()
-    if enc is None:
+    encs = word_encoders(model.model)
+    if not encs:
         raise ValueError(f"{model.path}: no word-level text encoder to expand")
     index, vectors = load_glove()
-    table = enc.embed.weight.detach().cpu().numpy()
-    exp = expand_vocabulary(enc.vocab, table, index, vectors, args.top, args.ridge)
+    fits = {p: expand_vocabulary(e.vocab, e.embed.weight.detach().cpu().numpy(), index, vectors,
+                                 args.top, args.ridge) for p, e in encs}  # fmt: skip
+    exp = fits[encs[0][0]]  # the words depend only on the (shared) vocabulary and GloVe
+    if len(encs) > 1:  # an ensemble: one map per member's learned word space
+        exp.vectors = {p: f.vectors for p, f in fits.items()}
+        exp.info = dict(exp.info, members={p: f.info for p, f in fits.items()})
     onnx_meta = model.path / "onnx.json"
     prev = json.loads(onnx_meta.read_text()) if onnx_meta.is_file() else None
     write_expansion(model.path, exp.words, exp.vectors, exp.info)

@@ -114,10 +114,15 @@ def text_encoders(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return [("text.", enc)] if enc is not None else []
 
 
+def word_encoders(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The model's word-level recurrent text encoders (each a vocabulary and a word table;
+    what vocabulary expansion extends) with their state-dict prefixes."""
+    return [(p, e) for p, e in text_encoders(model) if hasattr(e, "rnn")]
+
+
 def word_encoder(model: nn.Module) -> tuple[str, nn.Module] | None:
-    """The model's word-level recurrent text encoder (a vocabulary and a word table;
-    what vocabulary expansion extends) and its state-dict prefix, or None."""
-    return next(((p, e) for p, e in text_encoders(model) if hasattr(e, "rnn")), None)
+    """The first of :func:`word_encoders` (an ensemble's members share one vocabulary)."""
+    return next(iter(word_encoders(model)), None)
 
 
 # the single model section every kind shared before per-kind sections, with its defaults

@@ -77,9 +77,12 @@ def read_bundle_extras(path: Path, info: dict) -> dict[str, Any]:
             out["tag_table"] = (t["vectors"].astype(np.float32), t["known"].astype(bool).tolist())
     if (path / EXPANSION_WORDS).is_file():  # a vocabulary expansion (vsekit.text.expansion)
         words = (path / EXPANSION_WORDS).read_text(encoding="utf-8").splitlines()
-        vectors = load_file(path / EXPANSION_VECTORS)["vectors"].astype(np.float32)
-        if len(words) != len(vectors):
-            raise ModelError(f"{path}: {len(words)} expansion words for {len(vectors)} vectors")
+        arrays = {k: v.astype(np.float32) for k, v in load_file(path / EXPANSION_VECTORS).items()}
+        for v in arrays.values():
+            if len(words) != len(v):
+                raise ModelError(f"{path}: {len(words)} expansion words for {len(v)} vectors")
+        # one array ("vectors"), or one per word encoder of an ensemble (by prefix)
+        vectors = arrays["vectors"] if set(arrays) == {"vectors"} else arrays
         info_file = path / EXPANSION_INFO
         exp_info = json.loads(info_file.read_text()) if info_file.is_file() else {}
         out["expansion"] = (words, vectors, exp_info)

@@ -50,6 +50,7 @@ from ..models.factory import (
     text_encoders,
     upgrade_model_section,
     word_encoder,
+    word_encoders,
 )
 from .base import (
     BUNDLE_VERSION,
@@ -70,17 +71,24 @@ from .base import (
 __all__ = ["BUNDLE_VERSION", "ModelError", "VSEModel", "default_model_dir"]
 
 
-def write_expansion(path: Path, words: Sequence[str], vectors: np.ndarray, info: dict,
+def write_expansion(path: Path, words: Sequence[str], vectors: ExpansionVectors, info: dict,
                     half: bool = True) -> None:  # fmt: skip
     """Add a vocabulary expansion to the bundle at ``path`` without touching its weights:
-    ``expansion.safetensors`` (the vectors), ``expansion.json`` (how they were made) and
-    ``expansion.txt`` (the words), each written atomically, the words last: they are
-    what makes the expansion exist."""
+    ``expansion.safetensors`` (the vectors: ``vectors`` for a model with one word table,
+    else one array per word encoder, named by its state-dict prefix), ``expansion.json``
+    (how they were made) and ``expansion.txt`` (the words), each written atomically, the
+    words last: they are what makes the expansion exist."""
     dtype = np.float16 if half else np.float32
-    arrays = {"vectors": np.ascontiguousarray(vectors, dtype)}
+    if not isinstance(vectors, dict):
+        vectors = {"vectors": vectors}
+    arrays = {k: np.ascontiguousarray(v, dtype) for k, v in vectors.items()}
     atomic_write(path / EXPANSION_VECTORS, lambda t: save_np(arrays, str(t)))
     atomic_write(path / EXPANSION_INFO, json.dumps(info, indent=2) + "\n")
     atomic_write(path / EXPANSION_WORDS, "\n".join(words) + "\n")
+
+
+#: expansion vectors: one ``[N, d]`` array, or one per word encoder by state-dict prefix
+ExpansionVectors = np.ndarray | dict[str, np.ndarray]
 
 
 class VSEModel(BaseModel):
@@ -112,24 +120,37 @@ class VSEModel(BaseModel):
         found = word_encoder(self.model)
         return found[1] if found else None
 
-    def expand_vocabulary(self, words: Sequence[str], vectors: np.ndarray, info: dict) -> None:
+    def expand_vocabulary(
+        self, words: Sequence[str], vectors: ExpansionVectors, info: dict
+    ) -> None:
         """Append ``words`` with their ``vectors`` (in the word-embedding space; see
-        :mod:`vsekit.text.expansion`) to the text encoder's vocabulary and table. Every
-        existing word keeps its id and vector, and the model its fingerprint."""
+        :mod:`vsekit.text.expansion`) to the text encoder's vocabulary and table; an
+        ensemble's word encoders (one learned space each) get one array each, keyed by
+        their state-dict prefix (``members.0.text.``; a single array is the first's).
+        Every existing word keeps its id and vector, and the model its fingerprint."""
         if self.expansion is not None:
             raise ModelError(f"{self.path}: the vocabulary is already expanded")
-        enc = self._word_encoder()
-        if enc is None:
+        encs = word_encoders(self.model)
+        if not encs:
             raise ModelError("vocabulary expansion needs a recurrent text encoder (word table)")
-        vectors = np.asarray(vectors, np.float32)
-        if vectors.shape != (len(words), enc.embed.weight.shape[1]):
-            raise ModelError(f"expansion vectors {vectors.shape}, want ({len(words)}, "
-                             f"{enc.embed.weight.shape[1]})")  # fmt: skip
-        self._base_vocab = enc.vocab
-        enc.vocab = enc.vocab.extended(list(words))
-        w = torch.cat([enc.embed.weight.data, torch.from_numpy(vectors).to(enc.embed.weight)])
-        enc.embed = torch.nn.Embedding.from_pretrained(w, freeze=False, padding_idx=0)
-        self.expansion = (list(words), vectors)
+        by_prefix = dict(vectors) if isinstance(vectors, dict) else {"vectors": vectors}
+        if "vectors" in by_prefix:
+            by_prefix[encs[0][0]] = by_prefix.pop("vectors")
+        if set(by_prefix) != {p for p, _ in encs}:
+            raise ModelError(f"expansion vectors for {sorted(by_prefix)}; the model's word "
+                             f"encoders are {[p for p, _ in encs]}")  # fmt: skip
+        self._base_vocab = encs[0][1].vocab
+        for prefix, enc in encs:
+            vec = np.asarray(by_prefix[prefix], np.float32)
+            if vec.shape != (len(words), enc.embed.weight.shape[1]):
+                raise ModelError(f"expansion vectors {vec.shape}, want ({len(words)}, "
+                                 f"{enc.embed.weight.shape[1]})")  # fmt: skip
+            enc.vocab = enc.vocab.extended(list(words))
+            w = torch.cat([enc.embed.weight.data, torch.from_numpy(vec).to(enc.embed.weight)])
+            enc.embed = torch.nn.Embedding.from_pretrained(w, freeze=False, padding_idx=0)
+            by_prefix[prefix] = vec
+        single = len(encs) == 1
+        self.expansion = (list(words), by_prefix[encs[0][0]] if single else by_prefix)
         self.info = dict(self.info, vocab_expansion=info)
 
     # -- loading and saving --------------------------------------------------------
@@ -217,8 +238,9 @@ class VSEModel(BaseModel):
         ``model.safetensors``, and what identifies the model)."""
         state = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
         if self.expansion is not None:
-            key = word_encoder(self.model)[0] + "embed.weight"
-            state[key] = state[key][: len(self._base_vocab)]
+            for prefix, _ in word_encoders(self.model):
+                key = prefix + "embed.weight"
+                state[key] = state[key][: len(self._base_vocab)]
         return state
 
     def _weights_fp16(self) -> Iterator[tuple[str, np.ndarray]]:

@@ -361,7 +361,7 @@ def export_onnx(
             "default_precision": "int8" if int8_default else "fp32",
             "text_inputs": text.inputs,
             "text_storage": "int8" if text_int8 else storage,
-            "text_vocab": len(vse.text_vocabulary) if vse.text_vocabulary else None}  # fmt: skip
+            "text_vocab": len(words.vocab) if (words := vse._word_encoder()) else None}  # fmt: skip
     if calibration:
         meta["int8"] = {"calibration_images": len(calibration),
                         "calibration_method": calibration_method, "float_nodes": kept,

@@ -577,3 +577,20 @@ def test_heavy_png_is_shrunk_inside_the_decode_slot(tmp_path, mode):
     im = load_image(p, reduce_to=256)
     assert im.mode == "RGB" and 256 <= min(im.size) < 512
     assert load_image(p).size == (3000, 2100)  # without reduce_to: full size
+
+
+def test_atomically_written_files_are_readable_by_all(tmp_path):
+    """safetensors creates 0600 files; a bundle written through atomic_write/atomic_dir
+    ends 0644, so a wheel (and a system-wide install) ships files other users can read."""
+    import stat
+
+    from safetensors.numpy import save_file
+
+    from vsekit.fsio import atomic_dir, atomic_write
+
+    arrays = {"w": np.zeros(3, np.float32)}
+    one = atomic_write(tmp_path / "one.safetensors", lambda t: save_file(arrays, str(t)))
+    with atomic_dir(tmp_path / "bundle") as d:
+        save_file(arrays, str(d / "model.safetensors"))
+    for f in (one, tmp_path / "bundle" / "model.safetensors"):
+        assert stat.S_IMODE(f.stat().st_mode) == 0o644, f

@@ -87,6 +87,12 @@ def _tmp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
+#: what atomically written files end as: readable by all, as an ordinary file would be
+#: (some writers, safetensors among them, create 0600 files, which a wheel then ships and
+#: a system-wide install cannot be read by other users)
+FILE_MODE = 0o644
+
+
 def atomic_write(
     path: str | os.PathLike,
     data: bytes | str | Callable[[Path], object],
@@ -104,6 +110,7 @@ def atomic_write(
     try:
         if callable(data):
             data(tmp)
+            os.chmod(tmp, FILE_MODE)  # writers such as safetensors create files 0600
             fsync_file(tmp)
         else:
             raw = data.encode(encoding) if isinstance(data, str) else bytes(data)
@@ -133,6 +140,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         yield tmp
         for f in tmp.rglob("*"):
             if f.is_file():
+                os.chmod(f, FILE_MODE)
                 fsync_file(f)
         fsync_dir(tmp)
         old = None

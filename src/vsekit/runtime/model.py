@@ -227,10 +227,9 @@ class VSEModel(BaseModel):
 
     @property
     def text_vocabulary(self):
-        """The word vocabulary, when every text encoder reads words from one (a model
-        with a word-piece tower represents any word, so it has none)."""
-        if any(hasattr(e, "tokenizer") for _, e in text_encoders(self.model)):
-            return None
+        """The word vocabulary of a word-level text encoder (in an ensemble with a
+        word-piece tower too: a word outside it is read only as word pieces, and a query
+        of such words alone is refused, as nonsense would be); None without one."""
         return getattr(self._word_encoder(), "vocab", None)
 
     def _base_state(self) -> dict[str, torch.Tensor]:

@@ -177,8 +177,9 @@ class OnnxModel(BaseModel):
 
     @property
     def text_vocabulary(self):
-        """None when a word-piece encoder reads the text: it represents any word."""
-        return None if self._pieces is not None else self.vocab
+        """The word vocabulary when a word-level encoder reads the text (see
+        :attr:`VSEModel.text_vocabulary`); None for word pieces alone."""
+        return self.vocab if "ids" in self._text_inputs else None
 
     def _weights_fp16(self) -> Iterator[tuple[str, np.ndarray]]:
         from safetensors.numpy import load_file

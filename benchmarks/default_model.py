@@ -46,6 +46,9 @@ def main() -> None:
     m = retrieval_metrics_from_embeddings(img, txt, dev.caption_to_image)
     path = Path(__file__).with_suffix(".json")
     runs = json.loads(path.read_text()).get("backends", {}) if path.is_file() else {}
+    # figures of another model (the default was re-exported since) are dropped
+    source = model.info.get("source")
+    runs = {k: v for k, v in runs.items() if v.get("model_source") == source}
     key = args.backend if args.model == "default" else f"{args.backend}:{Path(args.model).name}"
     key += f":{args.precision}" if args.precision else ""
     runs[key] = {
@@ -54,6 +57,7 @@ def main() -> None:
         "image_seconds": round(t_img, 1),
         "metrics": m,
         "model_fingerprint": model.fingerprint,
+        "model_source": source,
     }
     out = record(
         path,

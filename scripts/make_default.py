@@ -64,8 +64,9 @@ def main() -> None:
         "that chose each member's epoch and the GRU share; dev untouched",
     }
     out = ens.save(args.out, captions=old.captions or ())
+    fingerprint = VSEModel.load(out, device="cpu").fingerprint
     print(f"wrote {out}: {args.ensemble}, weights {weights}, dev rsum {row['dev']['rsum']} "
-          f"(store features); fingerprint {VSEModel.load(out, device='cpu').fingerprint}")  # fmt: skip
+          f"(store features); fingerprint {fingerprint}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ ENCODER_CASES = [(k, {}) for k in list_text_encoders()] + [
     ("lstm", {"bidirectional": True}),
     ("gru", {"num_layers": 2}),
     ("lstm", {"num_layers": 2, "bidirectional": True, "dropout": 0.1}),
+    ("minilm", {"finetune_layers": 1, "proj_hidden": 16}),
 ]
 
 
@@ -92,6 +93,9 @@ def _model_cfg(kind: str):
     kw = {"text": _encoder_cfg("gru")}
     if kind == "w2vv":
         kw["hidden"] = [7]
+    if kind == "ensemble":
+        member = {"kind": "joint", "text": {"kind": "gru", "word_dim": 8, "embed_dim": 6}}
+        return cls(members=[member, dict(member, img_hidden=[5])], weights=[2, 1])
     return cls(**kw)
 
 

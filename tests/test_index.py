@@ -354,7 +354,9 @@ def test_default_model_finds_the_described_photos(flickr8k_root):
 def test_default_model_is_small():
     """The bundle in git stays small; with the ONNX encoders and the vocabulary expansion
     `scripts/setup` generates (shipped in the wheel, not in git) it still fits a 100 MB
-    wheel."""
+    wheel: deflated as a wheel stores it, with 3 MB left for the code."""
+    import zlib
+
     from vsekit.runtime.model import default_model_dir
 
     files = list(default_model_dir().iterdir())
@@ -362,7 +364,7 @@ def test_default_model_is_small():
     tracked = [f for f in files if f.suffix not in generated and f.name != "onnx.json"
                and not f.name.startswith("expansion.")]  # fmt: skip
     assert sum(f.stat().st_size for f in tracked) <= 25 * 1024 * 1024
-    assert sum(f.stat().st_size for f in files) <= 90 * 1024 * 1024
+    assert sum(len(zlib.compress(f.read_bytes(), 6)) for f in files) <= 97_000_000
 
 
 def test_cli_index_search_annotate(tmp_path, capsys):

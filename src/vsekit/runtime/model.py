@@ -155,8 +155,12 @@ class VSEModel(BaseModel):
 
     # -- loading and saving --------------------------------------------------------
     @classmethod
-    def load(cls, name: str | os.PathLike = DEFAULT_MODEL, device: str | None = None) -> VSEModel:
-        """``"default"`` (the shipped model) or a bundle directory."""
+    def load(
+        cls, name: str | os.PathLike = DEFAULT_MODEL, device: str | None = None, expand: bool = True
+    ) -> VSEModel:
+        """``"default"`` (the shipped model) or a bundle directory. ``expand=False``
+        leaves out the bundle's vocabulary expansion (the closed vocabulary it trained
+        with; for comparisons)."""
         path = bundle_dir(name)
         try:
             info = json.loads((path / "bundle.json").read_text())
@@ -179,7 +183,7 @@ class VSEModel(BaseModel):
         out = cls(model, info, extras["fne_stats"], extras["captions"], path, extras["tagger"],
                   device)  # fmt: skip
         out._tag_table = extras["tag_table"]
-        if extras["expansion"] is not None:
+        if extras["expansion"] is not None and expand:
             out.expand_vocabulary(*extras["expansion"])
         return out
 

@@ -174,3 +174,24 @@ print(json.dumps({name: fn() for name, fn in vsekit.registries().items()}))
     assert {"bow", "trigram", "mean_glove", "gru", "lstm"} <= set(fresh["text_encoders"])
     assert {"joint", "w2vv", "bilinear"} <= set(fresh["models"])
     assert {"resnet50", "vgg16", "efficientnet-lite0"} <= set(fresh["backbones"])
+
+
+@pytest.mark.slow
+def test_onnx_backend_runs_without_torch(flickr8k_root):
+    """What a `pip install vsekit` user runs: with PyTorch unimportable, the default
+    model (its word-piece tower included) embeds text and a photo on ONNX Runtime."""
+    photo = next((flickr8k_root / "images").glob("*.jpg"))
+    code = (
+        "import importlib.abc, sys\n"
+        "class NoTorch(importlib.abc.MetaPathFinder):\n"  # every `import torch` now fails
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name.split('.')[0] in ('torch', 'torchvision'):\n"
+        "            raise ImportError(f'{name} is not installed (test)')\n"
+        "sys.meta_path.insert(0, NoTorch())\n"
+        "import vsekit\n"
+        "m = vsekit.load_model(backend='onnx')\n"
+        "t = m.encode_text(['a canine catches a frisbee'])\n"
+        f"i = m.encode_image({str(photo)!r})\n"
+        "print(t.shape[1] == i.shape[0] == m.embed_dim)\n"
+    )
+    assert _fresh(code).strip() == "True"

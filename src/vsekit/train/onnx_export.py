@@ -103,9 +103,7 @@ class _TextGraph(nn.Module):
         # a frozen pretrained transformer lives outside its encoder's module tree (it is
         # not trained or saved); registered here, its weights become initializers
         # (once: frozen towers share one, whose sentence vector the graph computes once)
-        berts = {
-            id(e.__dict__["_bert"]): e.__dict__["_bert"] for e in encs if "_bert" in e.__dict__
-        }
+        berts = {id(e.transformer): e.transformer for e in encs if hasattr(e, "transformer")}
         self.pretrained = nn.ModuleList(berts.values())
         words = any(hasattr(e, "rnn") for e in encs)
         pieces = any(hasattr(e, "tokenizer") for e in encs)
@@ -121,7 +119,7 @@ class _TextGraph(nn.Module):
                 last = last.expand(-1, 1, out.shape[2])
                 emb = nn.functional.normalize(out.gather(1, last).squeeze(1), dim=1)
             else:
-                key = id(enc.__dict__["_bert"])
+                key = id(enc.transformer)
                 if key not in pooled:
                     pooled[key] = enc.encode_tokens(x["input_ids"], x["attention_mask"])
                 emb = enc(pooled=pooled[key])

@@ -21,8 +21,10 @@ def machine() -> dict:
     import numpy
     import torch
 
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     return {
         "cpu": cpu,
+        "gpu": gpu,
         "cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "python": platform.python_version(),
@@ -37,3 +39,20 @@ def record(path: Path, results: dict) -> dict:
     out = {"date": dt.date.today().isoformat(), "machine": machine(), **results}
     path.write_text(json.dumps(out, indent=2) + "\n")
     return out
+
+
+def train_run(run: Path, config: str, sets: list[str], root: Path) -> None:
+    """``vse train config --set ...`` into ``run`` unless ``run/done.json`` says it finished
+    (a killed run resumes); ``done.json`` records the wall time."""
+    import subprocess
+    import sys
+    import time
+
+    if (run / "done.json").is_file():
+        return
+    cmd = [sys.executable, "-m", "vsekit", "train", config, "--run-dir", str(run),
+           *[a for s in sets for a in ("--set", s)],
+           *(["--resume"] if (run / "config.json").is_file() else [])]  # fmt: skip
+    t0 = time.perf_counter()
+    subprocess.run(cmd, cwd=root, check=True)
+    (run / "done.json").write_text(json.dumps({"seconds": time.perf_counter() - t0}) + "\n")

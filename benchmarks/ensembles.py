@@ -27,16 +27,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import record  # noqa: E402
+from _common import record, train_run  # noqa: E402
 
 from vsekit.data import load_dataset  # noqa: E402
 from vsekit.eval import retrieval_metrics_from_embeddings  # noqa: E402
@@ -58,23 +56,33 @@ ENSEMBLES = {  # name -> members
     "2 MiniLM": ["minilm-s0", "minilm-s1"],
     "2 GRU + 2 MiniLM": ["gru-s0", "gru-s1", "minilm-s0", "minilm-s1"],
     "3 GRU + 3 MiniLM": [f"{k}-s{s}" for k in ("gru", "minilm") for s in SEEDS],
+    "GRU + MiniLM-ft6": ["gru-s0", "ft6-s0"],
+    "3 GRU + 3 MiniLM-ft3": [f"{k}-s{s}" for k in ("gru", "ft3") for s in SEEDS],
+    "3 GRU + 3 MiniLM-ft6": [f"{k}-s{s}" for k in ("gru", "ft6") for s in SEEDS],
+    "3 GRU + 3 MiniLM-ft6 + 3 MiniLM": [
+        f"{k}-s{s}" for k in ("gru", "ft6", "minilm") for s in SEEDS
+    ],
 }
+#: MiniLM members with tuned transformer layers (benchmarks/minilm_finetune.py), trained
+#: and embedded on a GPU machine: their slice and dev embeddings (float16) are read from
+#: runs/finetune/NAME/embeddings.npz
+FINETUNED = [f"ft{k}-s{s}" for k in (3, 6) for s in SEEDS]
+FT_RUNS = ROOT / "runs" / "finetune"
+
+
+def kind_of(name: str) -> str:
+    """The share group of a member: GRU, or MiniLM (frozen or tuned)."""
+    return "gru" if name.startswith("gru") else "minilm"
+
+
 GRID = (0.3, 0.4, 0.5, 0.6, 0.7)  # the GRU models' share of the similarity
 
 
 def train(name: str) -> None:
     """Train member ``name`` (resuming a killed run); ``done.json`` marks it finished."""
-    run = RUNS / name
-    if (run / "done.json").is_file():
-        return
     kind, seed = name.split("-s")
     config, sets = CONFIGS[kind]
-    cmd = [sys.executable, "-m", "vsekit", "train", config, "--run-dir", str(run),
-           *[a for s in [*sets, f"train.seed={seed}"] for a in ("--set", s)],
-           *(["--resume"] if (run / "config.json").is_file() else [])]  # fmt: skip
-    t0 = time.perf_counter()
-    subprocess.run(cmd, cwd=ROOT, check=True)
-    (run / "done.json").write_text(json.dumps({"seconds": time.perf_counter() - t0}) + "\n")
+    train_run(RUNS / name, config, [*sets, f"train.seed={seed}"], ROOT)
 
 
 def metrics(img: np.ndarray, txt: np.ndarray, c2i: list[int]) -> dict:
@@ -111,6 +119,19 @@ def main() -> None:
     store = FeatureStore(Path("~/.cache/vsekit/stores/flickr8k-resnet50-c2").expanduser())
     emb: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {s: {} for s in splits}
     members = {}
+    for name in FINETUNED:
+        z = np.load(FT_RUNS / name / "embeddings.npz")
+        for s in splits:
+            emb[s][name] = (z[f"{s}_img"].astype(np.float32), z[f"{s}_txt"].astype(np.float32))
+        members[name] = {s: metrics(*emb[s][name], [c.image for c in split.captions])
+                         for s, split in splits.items()}  # fmt: skip
+        members[name]["embed_dim"] = emb["dev"][name][0].shape[1]
+        members[name]["train_seconds"] = (
+            json.loads((FT_RUNS / name / "done.json").read_text())["seconds"]
+            if (FT_RUNS / name / "done.json").is_file()
+            else None
+        )
+        members[name]["embeddings"] = "GPU machine, benchmarks/minilm_finetune.py (float16)"
     for name in names:
         model = model_from_run(RUNS / name)
         kind = model.info["image"]["features"]
@@ -128,7 +149,7 @@ def main() -> None:
         print(name, members[name]["dev"]["rsum"], flush=True)
     ensembles = {}
     for label, group in ENSEMBLES.items():
-        kinds = [n.split("-s")[0] for n in group]
+        kinds = [kind_of(n) for n in group]
         grid = GRID if {"gru", "minilm"} <= set(kinds) else (None,)
         scored = []
         for share in grid:
@@ -157,7 +178,10 @@ def main() -> None:
     seeds = {  # the rows above over 3 seeds (mean, sample std)
         "GRU": spread([members[f"gru-s{s}"] for s in SEEDS]),
         "MiniLM": spread([members[f"minilm-s{s}"] for s in SEEDS]),
-        "GRU + MiniLM": spread([ensembles[k] for k in ENSEMBLES if k.startswith("GRU + MiniLM")]),
+        "GRU + MiniLM": spread(
+            [ensembles[k] for k in ENSEMBLES if k.startswith("GRU + MiniLM") and "ft" not in k]
+        ),
+        "MiniLM-ft6 (GPU)": spread([members[f"ft6-s{s}"] for s in SEEDS]),
     }
     print(seeds, flush=True)
     out = Path(__file__).with_suffix(".json")

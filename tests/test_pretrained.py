@@ -74,6 +74,28 @@ def test_only_trained_weights_are_parameters_and_state():
     assert bert.encoder.layer[5] is tuned.tuned[1]  # the tuned layers run inside the model
 
 
+def test_tuned_layers_train_at_their_own_lr():
+    from vsekit.train.config import TrainConfig
+    from vsekit.train.trainer import make_optimizer
+
+    enc = create_text_encoder(
+        None,
+        TextEncoderConfig(kind="minilm", embed_dim=8, finetune_layers=1, finetune_lr_scale=0.25),
+    )
+    opt = make_optimizer(enc, TrainConfig(lr=1e-3))
+    by_scale = {g["lr_scale"]: {id(p) for p in g["params"]} for g in opt.param_groups}
+    assert by_scale[0.25] == {id(p) for p in enc.tuned.parameters()}
+    assert by_scale[1.0] == {id(p) for p in enc.proj.parameters()}
+    # the epoch schedule keeps the ratio (Trainer._set_lr): decayed lr x scale
+    from vsekit.train.trainer import Trainer
+
+    t = Trainer.__new__(Trainer)
+    t.cfg = type("C", (), {"train": TrainConfig(lr=1e-3, lr_decay_epochs=2, lr_decay=0.1)})()
+    t._set_lr(opt, {"phase": "sum"}, epoch=2)
+    lrs = {g["lr_scale"]: g["lr"] for g in opt.param_groups}
+    assert lrs[1.0] == pytest.approx(1e-4) and lrs[0.25] == pytest.approx(2.5e-5)
+
+
 def test_weights_are_verified(monkeypatch):
     from vsekit.text import pretrained
 

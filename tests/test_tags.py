@@ -256,7 +256,7 @@ def test_negatives_are_other_tags_appended_after_the_own_ones():
     class Scorer(torch.nn.Module):
         device = torch.device("cpu")
 
-        def score_lists(self, feats, vecs):
+        def score_lists(self, feats, vecs, ids=None):
             return vecs.sum(dim=2)
 
     b = np.arange(8)
@@ -265,6 +265,96 @@ def test_negatives_are_other_tags_appended_after_the_own_ones():
     assert shape == (8, 7) and lengths.tolist() == [7] * 8  # 3 own + 4 negatives
     ids, _ = data.padded([data.train_lists[0]])
     assert ids.shape[1] == 3
+
+
+def test_tag_bce_equals_naive():
+    from vsekit.losses import TagBCELoss
+
+    rng = np.random.default_rng(0)
+    s, y = rng.normal(size=(3, 5)), rng.random((3, 5)) < 0.3
+    p = 1 / (1 + np.exp(-s))
+    naive = -np.mean(np.where(y, np.log(p), np.log(1 - p)))
+    got = TagBCELoss()(torch.from_numpy(s), torch.from_numpy(y))
+    assert float(got) == pytest.approx(naive, rel=1e-9)
+
+
+def test_shown_tags_and_calibration_equal_naive():
+    from vsekit.tags.metrics import calibrate_threshold, shown_tags
+
+    rng = np.random.default_rng(1)
+    rel = rng.random((30, 12)) < 0.2
+    probs = np.clip(0.6 * rel + 0.5 * rng.random((30, 12)), 0, 1)
+    for thr in (0.3, 0.55, 0.8):
+        got = shown_tags(probs, rel, thr, k=3)
+        shown = [[j for j in np.argsort(-row, kind="stable")[:3] if row[j] >= thr] for row in probs]
+        n = sum(map(len, shown))
+        hits = sum(int(rel[r, j]) for r, js in enumerate(shown) for j in js)
+        assert got["precision"] == pytest.approx(hits / n)
+        assert got["tags_per_image"] == pytest.approx(n / 30)
+        assert got["recall"] == pytest.approx(hits / rel.sum())
+        assert got["images_with_tags"] == pytest.approx(np.mean([bool(s) for s in shown]))
+    t = calibrate_threshold(probs, rel, 0.9, k=3)
+    assert shown_tags(probs, rel, t, 3)["precision"] >= 0.9
+    assert shown_tags(probs, rel, round(t - 0.05, 2), 3)["precision"] < 0.9  # the lowest such
+    with pytest.raises(ValueError, match="no threshold"):
+        calibrate_threshold(np.zeros((2, 3)) + 0.99, np.zeros((2, 3), bool))
+
+
+def test_calibrated_tagger_learns_to_reject_absent_tags(tmp_path):
+    """learn_tags + tag_bce: s = x W (phi + d) + b over every tag; unseen tags keep their
+    GloVe vector and get the mean bias; the runtime shows only tags above the threshold."""
+    from vsekit.models.bilinear import BilinearConfig
+    from vsekit.runtime.base import BaseModel
+    from vsekit.text.glove import tag_vectors
+    from vsekit.train.config import DataConfig, ExperimentConfig, LossConfig, TrainConfig
+    from vsekit.train.trainer import Trainer, load_run
+
+    tf, tl = planted_tags(300, 0)
+    df, dl = planted_tags(100, 1)
+    data = TagData.build(tf, tl, df, dl)
+    data.select = "miap"
+    cfg = ExperimentConfig(
+        name="tags", task="tags", data=DataConfig(), model=BilinearConfig(learn_tags=True),
+        loss=LossConfig(name="tag_bce"),
+        train=TrainConfig(epochs=40, batch_size=32, lr=3e-2, seed=0, threads=1,
+                          collapse_epochs=0),
+    )  # fmt: skip
+    res = Trainer(cfg, data, tmp_path / "run", progress=False).fit()
+    assert res["best_metrics"]["miap"] > 90, res["best_metrics"]
+    model, _ = load_run(tmp_path / "run")
+    names = [*WORDS, "zebra"]  # zebra: never a training tag
+    vecs, _ = tag_vectors(names)
+    ids = model.tag_ids(names)
+    assert ids[-1] == -1 and (ids[:-1] >= 0).all()
+    with torch.no_grad():
+        got = model.scores(torch.from_numpy(df[:4]), torch.from_numpy(vecs), ids).numpy()
+        W, off, b = model.W.numpy(), model.offsets.numpy(), model.bias.numpy()
+    rows = ids.numpy()
+    for j in range(len(names)):
+        v = vecs[j] + (off[rows[j]] if rows[j] >= 0 else 0)
+        bj = b[rows[j]] if rows[j] >= 0 else b.mean()
+        np.testing.assert_allclose(got[:, j], df[:4] @ W @ v + bj, rtol=1e-4, atol=1e-4)
+    # the runtime path (numpy): the shipped table holds phi + d and b; threshold applied
+    rt = BaseModel.__new__(BaseModel)
+    rt.info = {"tagger": {"threshold": 0.5}}
+    rt.tagger = (W, list(model.vocab.itos))
+    tv, _ = tag_vectors(list(model.vocab.itos))
+    with torch.no_grad():
+        v, bias = model.tag_terms(torch.from_numpy(tv), model.tag_ids(list(model.vocab.itos)))
+    rt._tag_table, rt._tag_bias, rt._tag_vectors = (v.numpy(), [True] * len(tv)), bias.numpy(), None
+    shown = rt.tags_from_features(df[:20], k=10)
+    p = 1 / (1 + np.exp(-(df[:20] @ W @ v.numpy().T + bias.numpy())))
+    for r, tags in enumerate(shown):
+        want = sorted(
+            (model.vocab.itos[j] for j in np.flatnonzero(p[r] >= 0.5)),
+            key=lambda t: -p[r][model.vocab.itos.index(t)],
+        )
+        assert {t for t, _ in tags} == set(want[:10])  # (ties may swap saturated ones)
+        for t, q in tags:
+            assert q == pytest.approx(p[r][model.vocab.itos.index(t)], abs=1e-5)
+        assert [q for _, q in tags] == sorted((q for _, q in tags), reverse=True)
+        assert set(t for t, _ in tags) <= set(dl[r])  # confident tags are right here
+        assert all(0.5 <= q <= 1 for _, q in tags)
 
 
 def test_config_overrides():

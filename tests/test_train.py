@@ -92,6 +92,19 @@ def test_planted_words_train_to_near_perfect_recall(tmp_path):
     assert model.embed_dim == 32 and meta["img_dim"] == 24
 
 
+def test_bf16_autocast_trains_to_the_same_recall(tmp_path):
+    """train.precision: bf16 autocasts the forward and loss; the weights stay float32."""
+    res = Trainer(small_cfg(precision="bf16"), make_data(), tmp_path / "run", progress=False).fit()
+    m = res["best_metrics"]
+    assert m["t2i_r1"] >= 90 and m["i2t_r1"] >= 90, m
+    model, _ = load_run(tmp_path / "run")
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    with pytest.raises(ConfigError, match="train.precision"):
+        from vsekit.train.config import validate
+
+        validate(small_cfg(precision="fp16"))
+
+
 def test_resumed_run_equals_uninterrupted(tmp_path):
     data = make_data()
     Trainer(small_cfg(epochs=3), data, tmp_path / "full", progress=False).fit()

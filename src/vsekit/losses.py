@@ -149,6 +149,19 @@ class SJELoss(nn.Module):
         return viol.max(dim=1).values.mean()
 
 
+@register_loss("tag_bce")
+class TagBCELoss(nn.Module):
+    """Beyond the paper: multi-label sigmoid cross-entropy of ``scores [B, T]`` against
+    ``targets [B, T]`` (an image's tags 1, every other training tag 0), so the ranker
+    learns to reject absent tags and ``sigmoid(score)`` is a probability. It scores every
+    training tag (``all_tags``), not the image's own list."""
+
+    all_tags = True
+
+    def forward(self, scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return nn.functional.binary_cross_entropy_with_logits(scores, targets.to(scores.dtype))
+
+
 @register_loss("listsje")
 class ListSJELoss(nn.Module):
     """Listwise SJE (eq. 6): hinge of every pair (k, i), k < i, k among the first

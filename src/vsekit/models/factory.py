@@ -23,6 +23,8 @@ from ..data.vocab import Vocabulary
 from ..registry import Registry
 from ..text.encoders import TextEncoderConfig
 from .bilinear import BilinearConfig, BilinearTagger
+from .conse import ConSEConfig, ConSEEmbedding
+from .dot import UnitDotModel
 from .joint import JointConfig, JointEmbedding
 from .w2vv import W2VVConfig, Word2VisualVec
 
@@ -38,10 +40,10 @@ class EnsembleConfig:
     similarity: str = "cosine"  # the members' own (each must be cosine)
 
 
-ModelConfig = JointConfig | W2VVConfig | BilinearConfig | EnsembleConfig
+ModelConfig = JointConfig | W2VVConfig | BilinearConfig | EnsembleConfig | ConSEConfig
 
 
-class EnsembleEmbedding(nn.Module):
+class EnsembleEmbedding(UnitDotModel, nn.Module):
     """Several cosine models as one: the weighted mean of their similarities.
 
     With unit member embeddings ``i_k``, ``t_k`` and weights ``w_k`` summing to 1,
@@ -87,20 +89,13 @@ class EnsembleEmbedding(nn.Module):
             [s * m.encode_texts(texts) for s, m in zip(self.scales, self.members, strict=True)], 1
         )
 
-    def similarity(self, img: torch.Tensor, txt: torch.Tensor) -> torch.Tensor:
-        return img @ txt.t()
-
-    def training_outputs(
-        self, features: torch.Tensor, texts: Sequence[str]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.encode_images(features), self.encode_texts(texts)
-
 
 MODELS: Registry[type[nn.Module]] = Registry("model")
 MODELS.register("joint")(JointEmbedding)
 MODELS.register("w2vv")(Word2VisualVec)
 MODELS.register("bilinear")(BilinearTagger)
 MODELS.register("ensemble")(EnsembleEmbedding)
+MODELS.register("conse")(ConSEEmbedding)
 list_models = MODELS.names
 
 

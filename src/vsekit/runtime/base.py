@@ -63,7 +63,7 @@ def read_bundle_extras(path: Path, info: dict) -> dict[str, Any]:
     from safetensors.numpy import load_file
 
     out: dict[str, Any] = {"fne_stats": None, "captions": None, "tagger": None, "tag_table": None,
-                           "expansion": None}  # fmt: skip
+                           "tag_bias": None, "expansion": None}  # fmt: skip
     if (path / "fne_stats.safetensors").is_file():
         t = load_file(path / "fne_stats.safetensors")
         out["fne_stats"] = FNEStats(t["mean"], t["std"], int(info["image"]["fne"]["n_fit"]))
@@ -73,6 +73,8 @@ def read_bundle_extras(path: Path, info: dict) -> dict[str, Any]:
         t = load_file(path / "tagger.safetensors")
         names = (path / "tags.txt").read_text(encoding="utf-8").splitlines()
         out["tagger"] = (t["W"].astype(np.float32), names)
+        if "bias" in t:  # a tagger with learned tags (its vectors then include the offsets)
+            out["tag_bias"] = t["bias"].astype(np.float32)
         if "vectors" in t:
             out["tag_table"] = (t["vectors"].astype(np.float32), t["known"].astype(bool).tolist())
     if (path / EXPANSION_WORDS).is_file():  # a vocabulary expansion (vsekit.text.expansion)
@@ -148,6 +150,7 @@ class BaseModel:
         self.tagger = tagger  # (W [F, word_dim], tag names)
         self._tag_vectors = None  # (vectors of the known tags, their names)
         self._tag_table = None  # ([T, D] word vectors of every tag, [T] known)
+        self._tag_bias = None  # [T] per-tag bias of a tagger with learned tags
         self._pool = None
 
     # -- identity ------------------------------------------------------------------
@@ -365,10 +368,18 @@ class BaseModel:
             self._tag_table = (np.asarray(vecs, np.float32), known.tolist())
         return self._tag_table
 
+    @property
+    def tag_threshold(self) -> float | None:
+        """The calibrated probability below which a tag is not shown (taggers trained with
+        ``loss: tag_bce``; their score is a logit), or None: always the top ``k``."""
+        return (self.info.get("tagger") or {}).get("threshold")
+
     def tags_from_features(
         self, features: np.ndarray, k: int = 10
     ) -> list[list[tuple[str, float]]]:
-        """Top-``k`` tags of each image from its ``[N, F]`` features."""
+        """Top-``k`` tags of each image from its ``[N, F]`` features: ``(tag, score)``,
+        or, for a calibrated tagger, ``(tag, probability)`` of at most ``k`` tags whose
+        probability reaches :attr:`tag_threshold` (possibly none)."""
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
         if self.tagger is None:
@@ -376,13 +387,22 @@ class BaseModel:
         w, names = self.tagger
         if self._tag_vectors is None:
             vecs, known = self._tag_word_vectors()
+            keep = np.asarray(known, bool)
             kept = [n for n, ok in zip(names, known, strict=True) if ok]
-            self._tag_vectors = (vecs[np.asarray(known, bool)], kept)
-        vecs, known_names = self._tag_vectors
+            bias = None if self._tag_bias is None else np.asarray(self._tag_bias)[keep]
+            self._tag_vectors = (vecs[keep], kept, bias)
+        vecs, known_names, bias = self._tag_vectors
         s = (np.asarray(features, np.float32) @ np.asarray(w, np.float32)) @ vecs.T
+        if bias is not None:
+            s = s + bias
         kk = min(k, s.shape[1])
         top = np.argsort(-s, axis=1, kind="stable")[:, :kk]
-        return [[(known_names[j], float(row[j])) for j in idx] for row, idx in zip(s, top)]  # noqa: B905
+        thr = self.tag_threshold
+        if thr is None:
+            return [[(known_names[j], float(row[j])) for j in idx] for row, idx in zip(s, top)]  # noqa: B905
+        p = 1.0 / (1.0 + np.exp(-s))
+        return [[(known_names[j], float(row[j])) for j in idx if row[j] >= thr]
+                for row, idx in zip(p, top)]  # noqa: B905  # fmt: skip
 
 
 def _convert(x: np.ndarray, convert_to: str):

@@ -183,6 +183,7 @@ class VSEModel(BaseModel):
         out = cls(model, info, extras["fne_stats"], extras["captions"], path, extras["tagger"],
                   device)  # fmt: skip
         out._tag_table = extras["tag_table"]
+        out._tag_bias = extras["tag_bias"]
         if extras["expansion"] is not None and expand:
             out.expand_vocabulary(*extras["expansion"])
         return out
@@ -213,6 +214,8 @@ class VSEModel(BaseModel):
                 tagger = {"W": np.ascontiguousarray(w, np_dtype),
                           "vectors": np.ascontiguousarray(vecs, np.float32),
                           "known": np.asarray(known, np.uint8)}  # fmt: skip
+                if self._tag_bias is not None:
+                    tagger["bias"] = np.ascontiguousarray(self._tag_bias, np.float32)
                 save_np(tagger, tmp / "tagger.safetensors")
                 (tmp / "tags.txt").write_text("\n".join(names) + "\n", encoding="utf-8")
             info = dict(self.info, dtype=str(dtype).removeprefix("torch."))

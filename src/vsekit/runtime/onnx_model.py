@@ -94,6 +94,7 @@ class OnnxModel(BaseModel):
         extras = read_bundle_extras(path, info)
         super().__init__(info, extras["fne_stats"], extras["captions"], path, extras["tagger"])
         self._tag_table = extras["tag_table"]
+        self._tag_bias = extras["tag_bias"]
         meta = json.loads((path / "onnx.json").read_text())
         if precision == "int8" and INT8_FILE not in meta["sha256"]:
             raise ModelError(

@@ -12,7 +12,7 @@ import torch
 from ..data.vocab import Vocabulary
 from ..models.task import FeatureTask
 from ..text.glove import tag_vectors
-from .metrics import precision_at_k, sample_distractors
+from .metrics import map_and_miap, precision_at_k, sample_distractors
 
 PAD = 0
 
@@ -96,7 +96,28 @@ class TagData(FeatureTask):
             ids[r, : len(x)] = torch.from_numpy(x)
         return ids, ids != PAD
 
+    def model_ids(self, model) -> torch.Tensor | None:
+        """``[T]`` the model's rows for ``tags`` (-1: unseen), for taggers with learned
+        tags; None for the paper's ranker."""
+        if not getattr(getattr(model, "cfg", None), "learn_tags", False):
+            return None
+        return model.tag_ids(self.tags)
+
     def batch_loss(self, model, loss_fn, b: np.ndarray) -> torch.Tensor:
+        feats = self.train_feats[torch.from_numpy(np.asarray(b))]
+        mids = self.model_ids(model)
+        if getattr(loss_fn, "all_tags", False):  # every training tag, absent ones as 0
+            if mids is None:
+                raise ValueError("loss tag_bce: needs model.learn_tags: true")
+            cols = torch.nonzero(mids >= 0).squeeze(1)
+            where = torch.full((len(self.tags),), -1, dtype=torch.long)
+            where[cols] = torch.arange(len(cols))
+            targets = torch.zeros(len(b), len(cols), dtype=torch.bool)
+            for r, j in enumerate(b):
+                t = where[torch.from_numpy(self.train_lists[j])]
+                targets[r, t[t >= 0]] = True
+            scores = model.scores(feats, self.vectors[cols], mids[cols])
+            return loss_fn(scores, targets.to(model.device))
         lists = [self.train_lists[j] for j in b]
         if self.negatives:
             # seeded by the batch itself, so a resumed run draws the same negatives
@@ -104,8 +125,9 @@ class TagData(FeatureTask):
             neg = sample_distractors(lists, len(self.tags), self.negatives, rng, exclude=(PAD,))
             lists = [np.concatenate([x, n]) for x, n in zip(lists, neg, strict=True)]
         ids, mask = self.padded(lists)
-        feats = self.train_feats[torch.from_numpy(np.asarray(b))]
-        scores = model.score_lists(feats, self.vectors[ids].to(model.device))
+        scores = model.score_lists(
+            feats, self.vectors[ids].to(model.device), None if mids is None else mids[ids]
+        )
         return loss_fn(scores, mask.to(model.device))
 
     @torch.inference_mode()
@@ -122,18 +144,49 @@ class TagData(FeatureTask):
         )
         pools = [np.concatenate([own, e]) for own, e in zip(self.dev_lists, extra, strict=True)]
         scores = []
+        mids = self.model_ids(model)
         for a in range(0, len(pools), batch):
             ids, _ = self.padded(pools[a : a + batch])
-            s = model.score_lists(self.dev_feats[a : a + batch], self.vectors[ids].to(model.device))
+            s = model.score_lists(
+                self.dev_feats[a : a + batch],
+                self.vectors[ids].to(model.device),
+                None if mids is None else mids[ids],
+            )
             scores += [s[r, : len(p)].cpu().numpy() for r, p in enumerate(pools[a : a + batch])]
-        model.train(was)
         out = {}
         for k in self.eval_k:
             p, r = precision_at_k(scores, [len(x) for x in self.dev_lists], k)
             out[f"p{k}"], out[f"random_p{k}"] = 100 * p, 100 * r
+        if self.select == "miap":
+            s, rel = self.vocab_scores(model)
+            out["map"], out["miap"] = (100 * x for x in map_and_miap(s, rel))
+        model.train(was)
         return out
 
+    @torch.inference_mode()
+    def vocab_scores(self, model, min_count: int = 5) -> tuple[np.ndarray, np.ndarray]:
+        """``([N dev, V] scores, [N, V] relevant)`` of the dev images against the
+        training tags seen ``min_count`` times or more (the MAP/MiAP vocabulary)."""
+        counts = self.vocab.counts
+        vocab_ids = [i for i, t in enumerate(self.tags) if counts.get(t, 0) >= min_count]
+        mids = self.model_ids(model)
+        ids = None if mids is None else mids[vocab_ids]
+        vecs = self.vectors[vocab_ids]
+        scores = torch.cat(
+            [model.scores(self.dev_feats[a : a + 1024], vecs, ids)
+             for a in range(0, len(self.dev_feats), 1024)]
+        ).cpu().numpy()  # fmt: skip
+        col = {t: j for j, t in enumerate(vocab_ids)}
+        rel = np.zeros(scores.shape, bool)
+        for r, lst in enumerate(self.dev_lists):
+            for t in lst:
+                if int(t) in col:
+                    rel[r, col[int(t)]] = True
+        return scores, rel
+
     def summary(self, row: dict) -> str:
+        if "miap" in row:
+            return f"dev MiAP {row['miap']:.1f}  MAP {row['map']:.1f}  p@1 {row['p1']:.1f}"
         return f"dev p@1 {row['p1']:.1f}  p@5 {row['p5']:.1f}  (random {row['random_p1']:.1f})"
 
     def closed_form(self, model, batches, ridge: float) -> float:

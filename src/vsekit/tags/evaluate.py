@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 
 from .data import TagData
@@ -24,24 +23,6 @@ def evaluate_tags(
     "vocab_tags"}``, percentages. The MAP/MiAP vocabulary is the training tags seen
     ``min_count`` times or more; an image's relevant tags are its mined ones."""
     pred = {str(d): data.evaluate(model, distractors=d, seed=seed) for d in distractors}
-    counts = data.vocab.counts
-    vocab_ids = [i for i, t in enumerate(data.tags) if counts.get(t, 0) >= min_count]
-    vecs = data.vectors[vocab_ids]
-    scores = (
-        torch.cat(
-            [
-                model.scores(data.dev_feats[a : a + 1024], vecs)
-                for a in range(0, len(data.dev_feats), 1024)
-            ]
-        )
-        .cpu()
-        .numpy()
-    )
-    col = {t: j for j, t in enumerate(vocab_ids)}
-    rel = np.zeros_like(scores, dtype=bool)
-    for r, lst in enumerate(data.dev_lists):
-        for t in lst:
-            if int(t) in col:
-                rel[r, col[int(t)]] = True
+    scores, rel = data.vocab_scores(model, min_count)
     m, mi = map_and_miap(scores, rel)
-    return {"predictability": pred, "map": 100 * m, "miap": 100 * mi, "vocab_tags": len(vocab_ids)}
+    return {"predictability": pred, "map": 100 * m, "miap": 100 * mi, "vocab_tags": rel.shape[1]}

@@ -82,3 +82,38 @@ def map_and_miap(scores: np.ndarray, relevant: np.ndarray) -> tuple[float, float
     tag_ap = average_precision_rows(np.asarray(scores).T[cols], rel.T[cols])
     img_ap = average_precision_rows(np.asarray(scores)[rows], rel[rows])
     return float(tag_ap.mean()), float(img_ap.mean())
+
+
+#: probability thresholds tried by :func:`calibrate_threshold`
+THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(1, 20))
+
+
+def shown_tags(probs: np.ndarray, relevant: np.ndarray, threshold: float, k: int = 10) -> dict:
+    """What a user sees when each image shows its tags (at most ``k``) whose probability
+    reaches ``threshold``, scored against the mined tags ``relevant [N, T]``: the share of
+    shown tags that are right (``precision``), of right tags shown (``recall``), tags
+    shown per image, and the share of images that show any."""
+    probs = np.asarray(probs)
+    rel = np.asarray(relevant, bool)
+    kth = np.sort(probs, axis=1)[:, -min(k, probs.shape[1])][:, None]
+    shown = (probs >= threshold) & (probs >= kth)
+    n, hits = int(shown.sum()), int((shown & rel).sum())
+    return {
+        "threshold": threshold,
+        "precision": hits / n if n else None,
+        "recall": hits / max(int(rel.sum()), 1),
+        "tags_per_image": n / len(probs),
+        "images_with_tags": float(shown.any(axis=1).mean()),
+    }
+
+
+def calibrate_threshold(
+    probs: np.ndarray, relevant: np.ndarray, precision: float = 0.8, k: int = 10
+) -> float:
+    """The lowest of :data:`THRESHOLDS` at which the shown tags reach ``precision`` on
+    these images (a selection slice): the most tags shown at that precision."""
+    for t in THRESHOLDS:
+        p = shown_tags(probs, relevant, t, k)["precision"]
+        if p is not None and p >= precision:
+            return t
+    raise ValueError(f"no threshold reaches precision {precision} on these images")

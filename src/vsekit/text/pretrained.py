@@ -113,6 +113,7 @@ class MiniLMEncoder(nn.Module):
         # the state dict; the tuned top layers are registered (trained and saved)
         self.__dict__["_bert"] = bert
         self.tuned = nn.ModuleList(layers[len(layers) - k :]).requires_grad_(True)
+        self.tuned.lr_scale = float(cfg.finetune_lr_scale)  # read by make_optimizer
         width = bert.config.hidden_size
         dims = [width, *([cfg.proj_hidden] if cfg.proj_hidden else []), cfg.embed_dim]
         mods: list[nn.Module] = []

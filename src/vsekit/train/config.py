@@ -92,6 +92,7 @@ class TrainConfig:
     eval_batch: int = 1024
     seed: int = 0
     device: str | None = None  # None: CUDA if present, else CPU
+    precision: str = "fp32"  # fp32 | bf16 (autocast of the forward and loss; weights fp32)
     threads: int | None = None  # torch CPU threads (None: default)
 
 
@@ -158,6 +159,7 @@ def validate(cfg: ExperimentConfig, where: str = "config") -> None:
             "empty for task: tags (tags are mined from every caption)",
         ),
         (cfg.train.optimizer in OPTIMIZERS, "train.optimizer", " | ".join(OPTIMIZERS)),
+        (cfg.train.precision in ("fp32", "bf16"), "train.precision", "fp32 | bf16"),
     ]
     checks += _registry_checks(cfg)
     for ok, name, want in checks:

@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+import torch
+
 from ..features.store import FeatureStore
 from ..runtime.model import BUNDLE_VERSION, ModelError, VSEModel
 from .trainer import load_run
@@ -78,8 +81,40 @@ def attach_tagger(model: VSEModel, run: str | Path) -> None:
         spec["features"],
     ):
         raise ValueError(f"{run}: its image features differ from the model's ({spec})")
-    model.tagger = (tagger.W.detach().float().cpu().numpy(), list(tagger.vocab.itos))
+    names = list(tagger.vocab.itos)
+    model.tagger = (tagger.W.detach().float().cpu().numpy(), names)
     model.info["tagger"] = {"run": Path(run).name, "dev_metrics": _run_metrics(Path(run), "best")}
+    model._tag_table = model._tag_bias = model._tag_vectors = None
+    if getattr(tagger.cfg, "learn_tags", False):  # ship phi(y) + d_y, b_y and a threshold
+        from ..text.glove import tag_vectors
+
+        vecs, known = tag_vectors(names)
+        if not known.all():
+            raise ValueError(f"{run}: training tags without a word vector")
+        with torch.no_grad():
+            v, b = tagger.tag_terms(torch.from_numpy(vecs), tagger.tag_ids(names))
+        model._tag_table = (v.cpu().numpy(), [True] * len(names))
+        model._tag_bias = b.cpu().numpy()
+        model.info["tagger"].update(calibrate_tagger(tagger, run))
+
+
+def calibrate_tagger(tagger, run: str | Path, precision: float = 0.8) -> dict:
+    """The display threshold of a probability tagger (``loss: tag_bce``): the lowest at
+    which its shown tags reach ``precision`` on the run's selection images (its ``dev``:
+    500 train images carved out, with ``data.val_from_train``), over every training tag."""
+    from ..tags.metrics import calibrate_threshold, shown_tags
+    from .config import ExperimentConfig, from_dict
+    from .tags import load_tag_data
+
+    _, meta = load_run(run)
+    cfg = from_dict(ExperimentConfig, meta["config"])
+    data = load_tag_data(cfg, progress=False)
+    scores, rel = data.vocab_scores(tagger, min_count=1)
+    probs = 1 / (1 + np.exp(-scores))
+    thr = calibrate_threshold(probs, rel, precision)
+    on = "carved train slice" if cfg.data.val_from_train else "dev (no carved slice)"
+    return {"threshold": thr, "calibrated_on": on, "target_precision": precision,
+            "calibration": shown_tags(probs, rel, thr)}  # fmt: skip
 
 
 #: what must agree for models to share one image pass (an ensemble's members)

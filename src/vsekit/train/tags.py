@@ -21,5 +21,7 @@ def load_tag_data(cfg: ExperimentConfig, progress: bool = True) -> TagData:
     dev_names = [[t for t, _ in mined[im.id]] for im in dev.images]
     data = TagData.build(tf, names, df, dev_names, store.fingerprint(), cfg.tags.max_tags)
     data.negatives = cfg.tags.negatives
+    if cfg.loss.name == "tag_bce":  # a probability per tag: select on MiAP over all tags
+        data.select = "miap"
     data.image_identity = store.identity()
     return data

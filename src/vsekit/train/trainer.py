@@ -160,10 +160,26 @@ def epoch_pairs(c2i: np.ndarray, n_images: int, mode: str, rng: np.random.Genera
 HINGE_LOSSES = ("sum_hinge", "max_hinge")
 
 
+def param_groups(model: torch.nn.Module) -> list[dict]:
+    """Trainable parameters grouped by learning-rate scale: a module with an ``lr_scale``
+    attribute (e.g. a pretrained transformer's tuned layers) trains at ``train.lr`` times
+    it, everything else at ``train.lr``; the scale is kept in the group as ``lr_scale``."""
+    scale_of: dict[int, float] = {}
+    for m in model.modules():
+        if hasattr(m, "lr_scale"):
+            for p in m.parameters():
+                scale_of[id(p)] = float(m.lr_scale)
+    groups: dict[float, list] = {}
+    for p in model.parameters():
+        if p.requires_grad:
+            groups.setdefault(scale_of.get(id(p), 1.0), []).append(p)
+    return [{"params": ps, "lr_scale": s} for s, ps in groups.items()]
+
+
 def make_optimizer(model: torch.nn.Module, t) -> torch.optim.Optimizer:
     """``train.optimizer``: adam (AdamW), rmsprop (Word2VisualVec: rho 0.9, eps 1e-6),
     sgd, or closed_form (ridge regression, solved once; the optimizer is then unused)."""
-    params = [p for p in model.parameters() if p.requires_grad]
+    params = param_groups(model)
     eps = {} if t.eps is None else {"eps": t.eps}
     if t.optimizer in ("adam", "closed_form"):
         return torch.optim.AdamW(params, lr=t.lr, weight_decay=t.weight_decay, **eps)
@@ -368,7 +384,7 @@ class Trainer:
         if t.lr_decay_epochs:
             lr *= t.lr_decay ** (epoch // t.lr_decay_epochs)
         for g in opt.param_groups:
-            g["lr"] = lr
+            g["lr"] = lr * g.get("lr_scale", 1.0)
 
     def _train_epoch(self, model, opt, loss_fn, batches: list, epoch: int) -> float:
         model.train()
@@ -384,7 +400,10 @@ class Trainer:
         for b in bar:
             if len(b) < 2:
                 continue  # a lone pair has no negatives
-            loss = self.data.batch_loss(model, loss_fn, b)
+            with torch.autocast(
+                self.device.type, dtype=torch.bfloat16, enabled=t.precision == "bf16"
+            ):
+                loss = self.data.batch_loss(model, loss_fn, b)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if t.grad_clip:

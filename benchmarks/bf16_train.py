@@ -1,0 +1,121 @@
+"""bf16 autocast for training on this CPU (AVX-512 BF16): speed and accuracy.
+
+Protocol (issue: retrieval quality, "use bf16 where it costs no accuracy, and measure
+that it doesn't"):
+
+1. Speed: the GRU member's recipe (``configs/flickr8k-recommended.yaml``, batch 128, the
+   max-of-hinges loss), one model, the same real batches; training steps (forward, loss,
+   backward, Adam) timed in blocks of 5, fp32 and bf16 alternating, 6 rounds after a
+   warm-up; median ms per step, and the ratio, from the same run.
+2. Accuracy: the ``benchmarks/ensembles.py`` GRU member ``gru-s0`` trained again with
+   ``train.precision: bf16`` (``gru-bf16-s0``), epochs chosen on the same carved slice;
+   both scored on the 1,000 dev images (2-crop store rows) and 5,000 captions.
+
+Run: python benchmarks/bf16_train.py [--train]   (nothing else should run on the CPU)
+Writes benchmarks/bf16_train.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import record, train_run  # noqa: E402
+from ensembles import RUNS, metrics  # noqa: E402
+
+from vsekit.data import load_dataset  # noqa: E402
+from vsekit.features import FeatureStore  # noqa: E402
+from vsekit.train import load_config  # noqa: E402
+from vsekit.train.config import apply_overrides  # noqa: E402
+from vsekit.train.export import model_from_run  # noqa: E402
+from vsekit.train.features import image_features  # noqa: E402
+from vsekit.train.trainer import Trainer, load_train_data, make_optimizer  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+F8K = ROOT.parent / "shared" / "data" / "flickr8k"
+CONFIG = "configs/flickr8k-recommended.yaml"
+
+
+def step_times(rounds: int = 6, block: int = 5) -> dict:
+    cfg = apply_overrides(load_config(ROOT / CONFIG), ["data.val_from_train=500"])
+    data = load_train_data(cfg, progress=False)
+    trainer = Trainer(cfg, data, ROOT / "runs" / "unused", progress=False)
+    rng = np.random.default_rng(0)
+    batches = data.epoch_batches(cfg.train.captions, cfg.train.batch_size, rng)
+    loss_fn = trainer._loss("max")
+    models = {}
+    for p in ("fp32", "bf16"):
+        torch.manual_seed(0)
+        m = data.new_model(cfg.model)
+        models[p] = (m, make_optimizer(m, cfg.train))
+    times: dict[str, list[float]] = {"fp32": [], "bf16": []}
+    k = 0
+
+    def run(p: str, n: int) -> float:
+        nonlocal k
+        m, opt = models[p]
+        m.train()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            b = batches[k % len(batches)]
+            k += 1
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=p == "bf16"):
+                loss = data.batch_loss(m, loss_fn, b)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        return (time.perf_counter() - t0) / n
+
+    for p in times:  # warm-up
+        run(p, 3)
+    for r in range(rounds):
+        for p in ("fp32", "bf16") if r % 2 == 0 else ("bf16", "fp32"):
+            times[p].append(run(p, block))
+    med = {p: 1000 * float(np.median(v)) for p, v in times.items()}
+    return {"ms_per_step_median": {p: round(v, 1) for p, v in med.items()},
+            "ms_per_step_min": {p: round(1000 * min(v), 1) for p, v in times.items()},
+            "speedup": round(med["fp32"] / med["bf16"], 2), "rounds": rounds,
+            "steps_per_block": block, "batch_size": cfg.train.batch_size,
+            "threads": torch.get_num_threads()}  # fmt: skip
+
+
+def train_bf16() -> None:
+    sets = ["data.val_from_train=500", "train.seed=0", "train.precision=bf16"]
+    train_run(RUNS / "gru-bf16-s0", CONFIG, sets, ROOT)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--train", action="store_true", help="train the bf16 member if missing")
+    args = ap.parse_args()
+    speed = step_times()
+    print(speed, flush=True)
+    if args.train:
+        train_bf16()
+    ds = load_dataset(F8K)
+    dev = ds.split("dev")
+    store = FeatureStore(Path("~/.cache/vsekit/stores/flickr8k-resnet50-c2").expanduser())
+    acc = {}
+    for name in ("gru-s0", "gru-bf16-s0"):
+        model = model_from_run(RUNS / name)
+        ids = [im.id for im in dev.images]
+        img = model.encode_image_features(image_features(store, "baseline", ids))
+        txt = model.encode_text(dev.texts)
+        acc[name] = {"dev": metrics(img, txt, [c.image for c in dev.captions]),
+                     "best_epoch": json.loads((RUNS / name / "best.json").read_text())["epoch"],
+                     "precision": "bf16" if "bf16" in name else "fp32"}  # fmt: skip
+        print(name, acc[name]["dev"]["rsum"], flush=True)
+    record(Path(__file__).with_suffix(".json"),
+           {"command": "python benchmarks/bf16_train.py --train", "config": CONFIG,
+            "step_speed": speed, "accuracy": acc})  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -151,9 +151,9 @@ def calibrated_tagger(neg_model, neg_data) -> dict:
     dev_cfg = apply_overrides(cfg, ["data.val_from_train=0"])  # dev images, not the slice
     dev = load_tag_data(dev_cfg, progress=False)
     ev = evaluate_tags(model, dev)
-    s, rel = dev.vocab_scores(model, min_count=1)
+    s, rel = dev.vocab_scores(model, min_count=1, model_tags_only=True)
     shown = shown_tags(1 / (1 + np.exp(-s)), rel, cal["threshold"])
-    s_old, rel_old = neg_data.vocab_scores(neg_model, min_count=1)
+    s_old, rel_old = neg_data.vocab_scores(neg_model, min_count=1, model_tags_only=True)
     old_top10 = shown_tags(s_old, rel_old, -np.inf)
     return {"config": "configs/flickr8k-tags-calibrated.yaml", "train_seconds": round(seconds, 1),
             "best_epoch": json.loads((run / "best.json").read_text())["epoch"],

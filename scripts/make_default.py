@@ -9,6 +9,14 @@ and writes it over ``src/vsekit/assets/default`` atomically. Then run
 ``scripts/setup`` does) and ``benchmarks/default_model.py`` for its dev figure end to end.
 
 Run: python scripts/make_default.py "GRU + MiniLM"
+     python scripts/make_default.py "10-crop training, 2-crop index" --bench ten_crop \
+         --crops 2 --tagger runs/tags-calibrated
+
+``--bench``: the benchmark whose JSON holds the row (``ensembles``: its ``ensembles``;
+``ten_crop``: its ``pairs``); ``--crops``: the crops the bundle indexes with, when
+its members trained on features of another crop count (recorded as
+``trained_on_crops``); ``--tagger``: a tag-ranking run to ship instead of the old
+default's tagger (a probability tagger is calibrated on its selection slice).
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from pathlib import Path
 
 from vsekit.runtime import VSEModel
 from vsekit.runtime.model import default_model_dir
-from vsekit.train.export import ensemble_from_models, model_from_run
+from vsekit.train.export import attach_tagger, ensemble_from_models, model_from_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,18 +38,29 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("ensemble", help="a row of benchmarks/ensembles.json")
     ap.add_argument("--out", default=str(default_model_dir()))
+    ap.add_argument("--bench", choices=("ensembles", "ten_crop"), default="ensembles")
+    ap.add_argument("--crops", type=int, help="index with this many crops")
+    ap.add_argument("--tagger", help="a tag-ranking run to ship (default: keep the old one)")
     args = ap.parse_args()
-    bench = json.loads((ROOT / "benchmarks" / "ensembles.json").read_text())
-    row = bench["ensembles"][args.ensemble]
+    bench = json.loads((ROOT / "benchmarks" / f"{args.bench}.json").read_text())
+    row = bench["ensembles" if args.bench == "ensembles" else "pairs"][args.ensemble]
     runs = [ROOT / "runs" / "ensemble" / m for m in row["members"]]
-    kinds = [m.split("-s")[0] for m in row["members"]]
+    kinds = ["gru" if m.startswith("gru") else "minilm" for m in row["members"]]
     share = row["gru_share"]
     weights = [share / kinds.count("gru") if k == "gru" else (1 - share) / kinds.count("minilm")
                for k in kinds]  # fmt: skip
     models = [model_from_run(r) for r in runs]
     ens = ensemble_from_models(models, weights)
+    trained_crops = int(ens.info["image"]["crops"])
+    if args.crops and args.crops != trained_crops:
+        ens.info["image"]["crops"] = args.crops
+        if "preprocessing" in ens.info["image"]:
+            ens.info["image"]["preprocessing"]["crops"] = args.crops
+        ens.info["image"]["trained_on_crops"] = trained_crops
     old = VSEModel.load("default", device="cpu")
-    if old.tagger is not None:  # the tag ranker reads the same pool5 features
+    if args.tagger:
+        attach_tagger(ens, ROOT / args.tagger)
+    elif old.tagger is not None:  # the tag ranker reads the same pool5 features
         if old.info["image"]["weights_sha256"] != ens.info["image"]["weights_sha256"]:
             sys.exit("the old default's tagger reads other image features")
         ens.tagger = old.tagger
@@ -56,7 +75,7 @@ def main() -> None:
                         "weights_sha256": hashlib.sha256(state).hexdigest()})  # fmt: skip
     ens.info["dev_metrics"] = row["dev"]
     ens.info["source"] = {
-        "benchmark": "benchmarks/ensembles.py",
+        "benchmark": f"benchmarks/{args.bench}.py",
         "ensemble": args.ensemble,
         "weights": weights,
         "members": members,

@@ -164,12 +164,19 @@ class TagData(FeatureTask):
         return out
 
     @torch.inference_mode()
-    def vocab_scores(self, model, min_count: int = 5) -> tuple[np.ndarray, np.ndarray]:
+    def vocab_scores(
+        self, model, min_count: int = 5, model_tags_only: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``([N dev, V] scores, [N, V] relevant)`` of the dev images against the
-        training tags seen ``min_count`` times or more (the MAP/MiAP vocabulary)."""
+        training tags seen ``min_count`` times or more (the MAP/MiAP vocabulary);
+        ``model_tags_only``: of those, the tags the model itself trained on (what a
+        shipped tagger ranks)."""
         counts = self.vocab.counts
         vocab_ids = [i for i, t in enumerate(self.tags) if counts.get(t, 0) >= min_count]
         mids = self.model_ids(model)
+        if model_tags_only:
+            own = set(model.vocab.itos)
+            vocab_ids = [i for i in vocab_ids if self.tags[i] in own]
         ids = None if mids is None else mids[vocab_ids]
         vecs = self.vectors[vocab_ids]
         scores = torch.cat(

@@ -22,6 +22,7 @@ def rank_vocabulary(
     if not names:
         return [], unknown
     x = torch.as_tensor(np.asarray(features)[:1])
-    s = model.scores(x, torch.from_numpy(vecs[known]))[0].cpu().numpy()
+    ids = model.tag_ids(names) if getattr(model.cfg, "learn_tags", False) else None
+    s = model.scores(x, torch.from_numpy(vecs[known]), ids)[0].cpu().numpy()
     order = np.lexsort((np.arange(len(s)), -s))[:k]
     return [(names[i], float(s[i])) for i in order], unknown

@@ -109,7 +109,7 @@ def calibrate_tagger(tagger, run: str | Path, precision: float = 0.8) -> dict:
     _, meta = load_run(run)
     cfg = from_dict(ExperimentConfig, meta["config"])
     data = load_tag_data(cfg, progress=False)
-    scores, rel = data.vocab_scores(tagger, min_count=1)
+    scores, rel = data.vocab_scores(tagger, min_count=1, model_tags_only=True)
     probs = 1 / (1 + np.exp(-scores))
     thr = calibrate_threshold(probs, rel, precision)
     on = "carved train slice" if cfg.data.val_from_train else "dev (no carved slice)"

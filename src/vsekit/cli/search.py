@@ -370,7 +370,11 @@ def _add_annotate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default="default")
     p.add_argument("--k", type=positive_int, default=5)
     p.add_argument(
-        "--tags", type=positive_int, default=10, help="top tags, if the model has a tagger"
+        "--tags",
+        type=positive_int,
+        default=10,
+        help="at most this many tags, if the model has a tagger (a calibrated one shows "
+        "only the tags it is sure of, possibly none)",
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_annotate)

@@ -158,7 +158,8 @@ def write_table(res: dict) -> None:
             f"{res['machine'].get('gpu') or res['machine']['cpu']}, `{res['command']}`; "
             "epochs and the GRU share chosen on the selection slice. (`--store`, `--root`, "
             "`--partner-npz`: where the machine that ran it kept its copy of the 2-crop "
-            "pool5 rows, the Flickr8k caption files and the GRU partner's embeddings.)\n\n")  # fmt: skip
+            "pool5 rows, the Flickr8k caption files and the GRU partner's "
+            "embeddings.)\n\n")  # fmt: skip
     tail = "".join(f"\n{n} over {v['seeds']} seeds: alone {v['alone_mean']:.1f} ± "
                    f"{v['alone_std']:.1f}, with the GRU {v['with_gru_mean']:.1f} ± "
                    f"{v['with_gru_std']:.1f}.\n" for n, v in res["seeds"].items())  # fmt: skip

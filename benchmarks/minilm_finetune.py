@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -154,12 +155,17 @@ def write_table(res: dict) -> None:
                     f"{r['train_seconds']:.0f} | {a['i2t_r1']:.1f} / {a['t2i_r1']:.1f} | "
                     f"{a['rsum']:.1f} | {r['with_gru']['gru_share']} | "
                     f"{p['i2t_r1']:.1f} / {p['t2i_r1']:.1f} | {p['rsum']:.1f} |")  # fmt: skip
+    # the paths of the machine that ran it (in the JSON) shown as what they held
+    cmd = re.sub(
+        r"--(store|root|partner-npz) \S+",
+        lambda m: f"--{m[1]} {m[1].upper().replace('-', '_')}",
+        res["command"],
+    )
     head = (f"Flickr8k dev (1,000 images, 5,000 captions), {res['date']}, "
-            f"{res['machine'].get('gpu') or res['machine']['cpu']}, `{res['command']}`; "
-            "epochs and the GRU share chosen on the selection slice. (`--store`, `--root`, "
-            "`--partner-npz`: where the machine that ran it kept its copy of the 2-crop "
-            "pool5 rows, the Flickr8k caption files and the GRU partner's "
-            "embeddings.)\n\n")  # fmt: skip
+            f"{res['machine'].get('gpu') or res['machine']['cpu']}, `{cmd}` (STORE: a copy "
+            "of the 2-crop pool5 rows, ROOT: the Flickr8k caption files, PARTNER_NPZ: the "
+            "GRU partner's embeddings); epochs and the GRU share chosen on the selection "
+            "slice.\n\n")  # fmt: skip
     tail = "".join(f"\n{n} over {v['seeds']} seeds: alone {v['alone_mean']:.1f} ± "
                    f"{v['alone_std']:.1f}, with the GRU {v['with_gru_mean']:.1f} ± "
                    f"{v['with_gru_std']:.1f}.\n" for n, v in res["seeds"].items())  # fmt: skip

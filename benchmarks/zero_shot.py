@@ -78,13 +78,13 @@ def fuse(a: np.ndarray, b: np.ndarray, w: float) -> np.ndarray:
     return np.concatenate([np.sqrt(1 - w) * a, np.sqrt(w) * b], 1)
 
 
-def conse_channel(store: FeatureStore, layer_features: str):
+def conse_channel(store: FeatureStore):
     """The ConSE model on this store's unit pool5 rows (its pool5 norm from train rows)."""
     sl = store.layer_slices()[store.meta["baseline_layer"]]
-    train_rows = store.rows("train")
-    norm = float(np.linalg.norm(np.asarray(store.pooled[train_rows, sl]), axis=1).mean())
-    assert layer_features == "baseline", layer_features
-    return create_model(2048, None, model_config({"kind": "conse", "pool5_norm": norm})), norm
+    raw = np.asarray(store.pooled[store.rows("train"), sl])
+    norm = float(np.linalg.norm(raw, axis=1).mean())
+    cfg = model_config({"kind": "conse", "pool5_norm": norm})
+    return create_model(raw.shape[1], None, cfg), norm
 
 
 def main() -> None:
@@ -127,7 +127,7 @@ def main() -> None:
         "ensemble: expanded GRU + MiniLM (equal weights)": both,
         "ceiling: default model (trained with the held-out nouns)": ceiling,
     }
-    conse, pool5_norm = conse_channel(store, cfg.data.features)
+    conse, pool5_norm = conse_channel(store)  # the features are pool5 (baseline)
     sel = ds.carve("train", 500, "train-val", 0).split("train-val")
     sel_feats = image_features(store, cfg.data.features, [im.id for im in sel.images])
     sel_c2i = sel.caption_to_image

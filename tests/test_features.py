@@ -37,6 +37,14 @@ def test_backbone_layers_and_dims(name):
     # the pooled vector is exactly the per-layer spatial means, concatenated
     ref = torch.cat([f.mean(dim=(2, 3)) if f.ndim == 4 else f for f in feats], dim=1)
     torch.testing.assert_close(pooled, ref)
+    # one layer alone (what an ONNX image graph of baseline features computes): its
+    # columns of the full pooled vector, for the baseline layer and an earlier one
+    for lay in {m.baseline_layer, m.layers[1].name}:
+        with torch.inference_mode():
+            one = m.forward_layer_pooled(x, lay)
+        torch.testing.assert_close(one, pooled[:, m.layer_slices()[lay]])
+    with pytest.raises(KeyError):
+        m.forward_layer_pooled(x, "no-such-layer")
 
 
 def test_features_layers_cli(capsys):

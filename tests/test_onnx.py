@@ -134,8 +134,21 @@ def test_int8_image_graph_against_the_fp32_reference(tmp_path, flickr8k_root_mod
     assert len(coll) == 3
     _, reopened = open_collection(tmp_path / "idx")
     assert reopened.precision == "int8" and reopened.fingerprint == coll.fingerprint
+    # the int8 graph alone (`--int8-only`, as the wheel ships it): the default, the same
+    # embeddings; fp32 still reads text (an fp32 index stays searchable) and names the
+    # missing graph when asked for an image
+    meta = export_onnx(vsekit.VSEModel.load(out, device="cpu"), out, calibration=calib,
+                       keep_float="stem", int8_only=True)  # fmt: skip
+    assert "image.onnx" not in meta["sha256"] and not (out / "image.onnx").exists()
+    only = vsekit.load_model(out, backend="onnx")
+    assert only.precision == "int8" and meta["default_precision"] == "int8"
+    assert (only.encode_image(dev) * b).sum(1).min() >= 0.9999
+    text_only = vsekit.load_model(out, backend="onnx", precision="fp32")
+    np.testing.assert_array_equal(text_only.encode_text("a dog"), fp32.encode_text("a dog"))
+    with pytest.raises(vsekit.ModelError, match="no fp32 image graph .image.onnx., only"):
+        text_only.encode_image(dev[:1])
     # a bundle re-exported without calibration drops the stale int8 graph
     export_onnx(vsekit.VSEModel.load(out, device="cpu"), out)
-    assert not (out / "image.int8.onnx").exists()
+    assert not (out / "image.int8.onnx").exists() and (out / "image.onnx").is_file()
     with pytest.raises(vsekit.ModelError, match="no int8 image graph"):
         vsekit.load_model(out, backend="onnx", precision="int8")

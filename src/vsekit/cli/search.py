@@ -92,6 +92,12 @@ def _add_model(sub: argparse._SubParsersAction) -> None:
     ox.add_argument(
         "--int8-default", action="store_true", help="make the int8 image graph the default"
     )
+    ox.add_argument(
+        "--int8-only",
+        action="store_true",
+        help="write the int8 image graph alone, as the default (no image.onnx: half the "
+        "image side's size; fp32 images then need the torch backend or a re-export)",
+    )
     ox.add_argument("--calibrate", help="dataset whose train split calibrates int8")
     ox.add_argument("--calibration-images", type=positive_int, default=200)
     ox.add_argument(
@@ -216,8 +222,9 @@ def _model_onnx(args: argparse.Namespace) -> int:
 
     model = VSEModel.load(args.bundle, device="cpu")
     calibration = None
-    if args.int8_default and not args.int8:
-        raise ValueError("--int8-default needs --int8")
+    for flag in ("int8_default", "int8_only"):
+        if getattr(args, flag) and not args.int8:
+            raise ValueError(f"--{flag.replace('_', '-')} needs --int8")
     if args.int8:
         if not args.calibrate:
             raise ValueError("--int8 needs --calibrate DATASET (its train split)")
@@ -235,7 +242,8 @@ def _model_onnx(args: argparse.Namespace) -> int:
         keep_float=args.keep_float,
         moving_average=args.moving_average,
         preprocess=args.preprocess,
-        int8_default=args.int8_default,
+        int8_default=args.int8_default or args.int8_only,
+        int8_only=args.int8_only,
         text_int8=args.text_int8,
     )
     for name in meta["sha256"]:

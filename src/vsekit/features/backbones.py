@@ -135,6 +135,17 @@ class Backbone(nn.Module):
             pooled.append(f.mean(dim=(2, 3)) if f.ndim == 4 else f)
         return torch.cat(pooled, dim=1), last
 
+    def forward_layer_pooled(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        """``[B, C]``: layer ``name`` alone, spatially average-pooled, equal to its columns
+        of :meth:`forward_pooled` (``layer_slices()[name]``). The other layers are not
+        pooled and the ones after it are not run: an inference graph that needs only the
+        baseline layer (pool5) then has no pooling, layout change or dequantisation of
+        the other 16 maps (ResNet-50)."""
+        for lay, f in zip(self.layers, self.iter_layers(x), strict=False):
+            if lay.name == name:
+                return f.mean(dim=(2, 3)) if f.ndim == 4 else f
+        raise KeyError(f"{self.name} has no layer {name!r}")
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_pooled(x)[0]
 

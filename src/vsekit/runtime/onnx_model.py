@@ -4,7 +4,9 @@ Reads a bundle's ``image.onnx`` and ``text.onnx`` (written by ``vse model onnx``
 them against the sha256 in ``onnx.json``, and runs them on the CPU. ``precision="int8"``
 runs ``image.int8.onnx`` instead, the image graph quantised statically (VNNI on x86): a
 different image encoder, so it has its own fingerprint and an index records which one
-built it. Text is tokenised and
+built it. A bundle may hold only the int8 image graph (``vse model onnx --int8-only``,
+as the shipped default does); fp32 is then still loadable for text (an fp32 index is
+searched with it), and encoding an image says which graph is missing. Text is tokenised and
 looked up in the bundle's vocabulary in Python; images are decoded and cropped with PIL
 and NumPy (:mod:`vsekit.views`), exactly as the PyTorch path does.
 """
@@ -33,9 +35,17 @@ from .base import (
     unit,
 )
 
-ONNX_FILES = ("image.onnx", "text.onnx", "onnx.json")
+ONNX_FILES = ("text.onnx", "onnx.json")  # and at least one of IMAGE_FILES
 PRECISIONS = ("fp32", "int8")
 INT8_FILE = "image.int8.onnx"
+IMAGE_FILES = {"fp32": "image.onnx", "int8": INT8_FILE}
+
+
+def _missing(path: Path) -> list[str]:
+    missing = [f for f in ONNX_FILES if not (path / f).is_file()]
+    if not any((path / f).is_file() for f in IMAGE_FILES.values()):
+        missing.append(" or ".join(IMAGE_FILES.values()))
+    return missing
 
 
 def default_precision(path: Path) -> str:
@@ -48,7 +58,7 @@ def default_precision(path: Path) -> str:
 
 def onnx_available(path: Path) -> bool:
     """The bundle has its ONNX files and onnxruntime is installed."""
-    if not all((path / f).is_file() for f in ONNX_FILES):
+    if _missing(path):
         return False
     try:
         import onnxruntime  # noqa: F401
@@ -112,6 +122,8 @@ class OnnxModel(BaseModel):
                     f"{path / name}: sha256 {got} is not the recorded {want}; "
                     "re-create it with `vse model onnx`"
                 )
+        self._image_file = IMAGE_FILES[precision]
+        self._has_image = self._image_file in meta["sha256"]  # see _session
         self._fingerprint = meta.get("model_fingerprint")  # of the weights; see fingerprint
         self._int8_sha256 = meta["sha256"][INT8_FILE] if precision == "int8" else None
         self.vocab = Vocabulary.load(path / "vocab.json")
@@ -144,7 +156,7 @@ class OnnxModel(BaseModel):
         """``precision``: ``fp32`` (the image graph as trained), ``int8`` or None (the
         bundle's default)."""
         path = bundle_dir(name)
-        missing = [f for f in ONNX_FILES if not (path / f).is_file()]
+        missing = _missing(path)
         if missing:
             raise ModelError(
                 f"{path}: no {', '.join(missing)}; create them with `vse model onnx {path}`"
@@ -157,7 +169,13 @@ class OnnxModel(BaseModel):
 
     def _session(self, name: str):
         if name not in self._sessions:
-            file = INT8_FILE if (name, self.precision) == ("image", "int8") else f"{name}.onnx"
+            file = self._image_file if name == "image" else f"{name}.onnx"
+            if name == "image" and not self._has_image:
+                raise ModelError(
+                    f"{self.path}: no fp32 image graph ({file}), only the int8 one: load it "
+                    "with precision='int8' (its default), or backend='torch', or write "
+                    f"{file} with `vse model onnx {self.path}` (vsekit[train])"
+                )
             self._sessions[name] = _session(self.path / file, self._threads)
         return self._sessions[name]
 

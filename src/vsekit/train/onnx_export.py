@@ -5,8 +5,9 @@
 * ``image.onnx``: ``views [N, C, 3, S, S] uint8`` (C crops per image, from
   :func:`vsekit.views.crop_views_array`) -> ``embedding [N, D]`` and ``features [N, F]``
   (the model's feature kind, for the tagger): the backbone with its preprocessing, the
-  pooling of every layer, the average over crops, the feature kind (baseline / FNE
-  standardise-and-ternarise) and the projection into the joint space;
+  pooling of the layers its feature kind reads (pool5 alone for ``baseline``), the
+  average over crops, the feature kind (baseline / FNE standardise-and-ternarise) and
+  the projection into the joint space;
 * ``text.onnx``: ``ids [B, T] int64`` (0-padded) and ``lengths [B] int64`` ->
   ``embedding [B, D]``: the word embeddings and the recurrent encoder, whose final state
   is read at each sequence's last token (exact for unidirectional GRU/LSTM stacks);
@@ -44,8 +45,7 @@ class _ImageGraph(nn.Module):
         self.net = vse.backbone().float().to("cpu", memory_format=torch.contiguous_format)
         self.model = vse.model.to("cpu")
         self.kind = spec["features"]
-        sl = self.net.layer_slices()[spec["baseline_layer"]]
-        self.start, self.stop = sl.start, sl.stop
+        self.baseline_layer = spec["baseline_layer"]
         self.size = self.net.input_size
         if self.kind == "fne":
             st = vse.fne_stats
@@ -57,14 +57,15 @@ class _ImageGraph(nn.Module):
     def forward(self, views: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         n, c = views.shape[0], views.shape[1]
         x = views.reshape(n * c, 3, self.size, self.size)
-        pooled, _ = self.net.forward_pooled(x)  # [N*C, F_all]
+        if self.kind in ("baseline", "baseline_raw"):  # one layer: pool only that one
+            pooled = self.net.forward_layer_pooled(x, self.baseline_layer)
+        else:
+            pooled, _ = self.net.forward_pooled(x)  # [N*C, F_all]
         pooled = pooled.reshape(n, c, pooled.shape[1]).mean(dim=1)
-        if self.kind == "pooled":
+        if self.kind in ("pooled", "baseline_raw"):
             feats = pooled
-        elif self.kind in ("baseline", "baseline_raw"):
-            feats = pooled[:, self.start : self.stop]
-            if self.kind == "baseline":
-                feats = nn.functional.normalize(feats, dim=1)
+        elif self.kind == "baseline":
+            feats = nn.functional.normalize(pooled, dim=1)
         else:  # fne
             z = (pooled - self.mean) * self.inv_std
             feats = (z > self.f_plus).float() - (z < self.f_minus).float()
@@ -292,18 +293,23 @@ def export_onnx(
     preprocess: bool = False,
     int8_default: bool = False,
     text_int8: bool = False,
+    int8_only: bool = False,
 ) -> dict:
     """Write ``image.onnx``, ``text.onnx`` and ``onnx.json`` into the bundle ``out``.
     ``storage``: ``fp16`` (weights stored half, computed in float32) or ``fp32``.
     With ``calibration`` (training image paths, never the evaluation split), also
     ``image.int8.onnx``: the image graph quantised statically
     (:func:`quantize_image_int8`), which ``precision="int8"`` runs, and the bundle's
-    default when ``int8_default``. ``text_int8``: the text graph's pretrained transformer
+    default when ``int8_default``. ``int8_only``: that graph alone, as the default, and no
+    ``image.onnx`` (a stale one is removed): the bundle's image side at half the size,
+    for a wheel; fp32 image embeddings then need the torch backend or a re-export.
+    ``text_int8``: the text graph's pretrained transformer
     quantised dynamically (:func:`quantize_pretrained_int8`)."""
     if storage not in ("fp16", "fp32"):
         raise ValueError(f"storage: use fp16 | fp32, not {storage!r}")
-    if int8_default and not calibration:
+    if (int8_default or int8_only) and not calibration:
         raise ValueError("an int8 default needs calibration images (training images)")
+    int8_default = int8_default or int8_only
     out = Path(out)
     vse.model.eval()
     image, text = _ImageGraph(vse).eval(), _TextGraph(vse).eval()
@@ -321,7 +327,7 @@ def export_onnx(
         {"views": {0: "n"}, "embedding": {0: "n"}, "features": {0: "n"}},
     )
     graphs = [
-        ("image.onnx", image_spec, storage),
+        *([] if int8_only else [("image.onnx", image_spec, storage)]),
         ("text.onnx", ("text", text, text_args, text.inputs, ["embedding"], text_axes),
          "text-int8" if text_int8 else storage),
     ]  # fmt: skip
@@ -357,8 +363,6 @@ def export_onnx(
 
         atomic_write(path, write)
         files[fname] = _sha256(path)
-    if not calibration:
-        (out / "image.int8.onnx").unlink(missing_ok=True)  # stale: not the new weights
     if set(PIECE_INPUTS) <= set(text.inputs):  # the word-piece vocabulary the graph reads
         files[TOKENIZER_FILE] = _sha256(out / TOKENIZER_FILE)
     meta = {"opset": ONNX_OPSET, "storage": storage, "sha256": files,
@@ -372,4 +376,8 @@ def export_onnx(
                         "calibration_method": calibration_method, "float_nodes": kept,
                         "moving_average": moving_average, "preprocess": preprocess}  # fmt: skip
     atomic_write(out / "onnx.json", json.dumps(meta, indent=2) + "\n")
+    # then drop what onnx.json no longer lists: graphs of the old weights or layout
+    for stale in ("image.onnx", "image.int8.onnx"):
+        if stale not in files:
+            (out / stale).unlink(missing_ok=True)
     return meta

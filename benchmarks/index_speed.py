@@ -4,13 +4,15 @@ On the first N images of a folder (default: 256 of ../shared/data/flickr8k/image
 linked into a temporary folder), with the shipped default model (ResNet-50, 2 crops),
 ``Collection.update`` on a fresh index (scan, decode, crops, backbone, projection,
 fsync'ed appends, SQLite commits) for: the PyTorch backend (the path every index took
-before), ONNX Runtime (the default), and optionally an int8 bundle. Then a re-index of
+before), and ONNX Runtime with each image graph the bundle holds (fp32 ``image.onnx``,
+int8 ``image.int8.onnx``; ``--model``: a bundle exported with both, e.g. by
+``vse model onnx BUNDLE --int8 --calibrate DATASET``). Then a re-index of
 the unchanged folder (images that went through the model: must be 0), and the physical
 bound: the backbone's operations per image against this CPU's fp32 and int8 peaks.
 
 Backends run in ``--rounds`` alternating rounds (default 3); medians are compared.
 
-Run: python benchmarks/index_speed.py [--int8 BUNDLE] [--n 256] [--rounds 3]
+Run: python benchmarks/index_speed.py [--model BUNDLE] [--n 256] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from _common import record  # noqa: E402
 import vsekit  # noqa: E402
 from vsekit.index import Collection, model_info, scan_media  # noqa: E402
 from vsekit.index.collection import UpdateReport  # noqa: E402
+from vsekit.runtime.base import bundle_dir  # noqa: E402
+from vsekit.runtime.onnx_model import IMAGE_FILES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGES = ROOT.parent / "shared" / "data" / "flickr8k" / "images"
@@ -69,20 +73,17 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument(
-        "--int8",
-        help="a bundle with an int8 image graph (`vse model onnx --int8`) to compare too; "
-        "'default' for the shipped one",
-    )
+    ap.add_argument("--model", default="default", help="bundle (default: the shipped one)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     files = [Path(p) for p, _, _ in scan_media(args.images)][: args.n]
-    models = {
-        "torch (the path before)": vsekit.load_model("default", backend="torch"),
-        "onnx fp32": vsekit.load_model("default", backend="onnx", precision="fp32"),
-    }
-    if args.int8:
-        models["onnx int8"] = vsekit.load_model(args.int8, backend="onnx", precision="int8")
+    models = {"torch (the path before)": vsekit.load_model(args.model, backend="torch")}
+    graphs = json.loads((bundle_dir(args.model) / "onnx.json").read_text())["sha256"]
+    for precision, file in IMAGE_FILES.items():
+        if file in graphs:
+            models[f"onnx {precision}"] = vsekit.load_model(
+                args.model, backend="onnx", precision=precision
+            )
     for m in models.values():
         m.encode_image(files[:2])  # warm-up: weights loaded, kernels chosen
 
@@ -92,7 +93,7 @@ def main() -> None:
             folder.mkdir()
             for f in files:  # copies: links to files outside the folder are not indexed
                 shutil.copy2(f, folder / f.name)
-            coll = Collection(Path(tmp) / "index", model_info(model, "default"))
+            coll = Collection(Path(tmp) / "index", model_info(model, args.model))
             kw = {"progress": False, "reduce_to": model.decode_size}
             first = coll.update(folder, model.encode_image, args.batch_size, **kw)
             again = coll.update(folder, model.encode_image, args.batch_size, **kw)
@@ -114,7 +115,7 @@ def main() -> None:
         }
         for name, xs in secs.items()
     }
-    crops = int(models["onnx fp32"].info["image"]["crops"])
+    crops = int(models["torch (the path before)"].info["image"]["crops"])
     result = {
         "images": len(files),
         "rounds": args.rounds,
@@ -124,7 +125,7 @@ def main() -> None:
         "physical_bound": physical_bound(crops),
     }
     print(json.dumps(result, indent=1))
-    setup = {"model": f"default (resnet50, {crops} crops)", "folder": str(args.images.name),
+    setup = {"model": f"{args.model} (resnet50, {crops} crops)", "folder": str(args.images.name),
              "threads": args.threads, "batch_size": args.batch_size,
              "command": "python benchmarks/index_speed.py " + " ".join(sys.argv[1:])}  # fmt: skip
     record(Path(__file__).with_suffix(".json"), {"setup": setup, "result": result})

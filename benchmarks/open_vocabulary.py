@@ -15,8 +15,9 @@ Reported, text-to-image over the 1,000 dev images (t2i R@1/5/10 in %):
 * every dev caption as written, closed vs expanded (what the expansion changes for
   words the dev captions already use: their out-of-vocabulary words now get vectors).
 
-Image embeddings come from the shipped ONNX image graph (fp32 reference), the text from
-the PyTorch model (the two backends agree to cosine 0.9999, tests/test_onnx.py).
+Image embeddings come from the shipped ONNX image graph (int8 since session 8, as `vse
+index` computes them), the text from the PyTorch model (whose embeddings the ONNX text
+graph matches to cosine 0.9999, tests/test_onnx.py).
 
 Run: python benchmarks/open_vocabulary.py
 Writes benchmarks/open_vocabulary.json.
@@ -87,7 +88,7 @@ def main() -> None:
     subs = {s: t for s, t in CANDIDATES.items()
             if s in vocab.stoi and t not in vocab.stoi and t in known}  # fmt: skip
     dropped = sorted(set(CANDIDATES) - set(subs))
-    onnx = vsekit.load_model("default", backend="onnx", precision="fp32")
+    onnx = vsekit.load_model("default", backend="onnx")  # the shipped image graph
     cache = Path(f"~/.cache/vsekit/bench/dev-images-{onnx.fingerprint}.npy").expanduser()
     if cache.is_file():  # the dev images' embeddings by this exact model
         img = np.load(cache)

@@ -189,4 +189,6 @@ def test_browser_types_a_query_and_sees_thumbnails(served, tmp_path):
         page.locator(".card").first.click()
         page.wait_for_selector("#captions li")
         assert page.locator("#captions li").count() == len(CAPTIONS)  # k=5 > pool
+        # a photo opens in the image element; the video player stays out of sight
+        assert page.locator("#full").is_visible() and not page.locator("#player").is_visible()
         page.screenshot(path=str(tmp_path / "page.png"))

@@ -95,6 +95,7 @@ def serve_rss_mb(index: str, python: str, backend: str) -> float:
 def install(tmp: str) -> tuple[dict, Path]:
     """Build the wheel and install it in a fresh venv under ``tmp``."""
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    shutil.rmtree(REPO / "build", ignore_errors=True)  # setuptools would reuse stale copies
     build = [sys.executable, "-m", "build", "--wheel", "--outdir", tmp, str(REPO)]
     subprocess.run(build, check=True, **quiet)
     wheel = next(Path(tmp).glob("vsekit-*.whl"))

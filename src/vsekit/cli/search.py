@@ -242,7 +242,7 @@ def _model_onnx(args: argparse.Namespace) -> int:
         keep_float=args.keep_float,
         moving_average=args.moving_average,
         preprocess=args.preprocess,
-        int8_default=args.int8_default or args.int8_only,
+        int8_default=args.int8_default,
         int8_only=args.int8_only,
         text_int8=args.text_int8,
     )

@@ -112,9 +112,9 @@ class OnnxModel(BaseModel):
                 f"`vse model onnx {path} --int8 --calibrate DATASET`"
             )
         self.precision = precision
-        unused = "image.onnx" if precision == "int8" else INT8_FILE
+        unused = {f for p, f in IMAGE_FILES.items() if p != precision}
         for name, want in meta["sha256"].items():
-            if name == unused:  # the other image graph: verified when it is the one loaded
+            if name in unused:  # the other image graph: verified when it is the one loaded
                 continue
             got = hashlib.sha256((path / name).read_bytes()).hexdigest()
             if got != want:

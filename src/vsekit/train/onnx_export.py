@@ -34,6 +34,7 @@ from ..fsio import atomic_write
 from ..models.factory import EnsembleEmbedding
 from ..runtime.base import TOKENIZER_FILE
 from ..runtime.model import VSEModel
+from ..runtime.onnx_model import IMAGE_FILES
 
 ONNX_OPSET = 17
 
@@ -327,12 +328,12 @@ def export_onnx(
         {"views": {0: "n"}, "embedding": {0: "n"}, "features": {0: "n"}},
     )
     graphs = [
-        *([] if int8_only else [("image.onnx", image_spec, storage)]),
+        *([] if int8_only else [(IMAGE_FILES["fp32"], image_spec, storage)]),
         ("text.onnx", ("text", text, text_args, text.inputs, ["embedding"], text_axes),
          "text-int8" if text_int8 else storage),
     ]  # fmt: skip
     if calibration:
-        graphs.append(("image.int8.onnx", image_spec, "int8"))
+        graphs.append((IMAGE_FILES["int8"], image_spec, "int8"))
     for fname, spec, how in graphs:
         path = out / fname
 
@@ -377,7 +378,7 @@ def export_onnx(
                         "moving_average": moving_average, "preprocess": preprocess}  # fmt: skip
     atomic_write(out / "onnx.json", json.dumps(meta, indent=2) + "\n")
     # then drop what onnx.json no longer lists: graphs of the old weights or layout
-    for stale in ("image.onnx", "image.int8.onnx"):
+    for stale in IMAGE_FILES.values():
         if stale not in files:
             (out / stale).unlink(missing_ok=True)
     return meta

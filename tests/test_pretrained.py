@@ -244,3 +244,28 @@ def test_frozen_towers_share_one_transformer():
     with torch.no_grad():
         got = graph(feeds["input_ids"], feeds["attention_mask"]).numpy()
     np.testing.assert_allclose(got, ens.encode_text(CAPTIONS), atol=1e-5)
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_cached_lower_layers_match_the_full_transformer(k):
+    """``finetune_cache``: the tuned top layers on cached frozen-layer states give the same
+    embedding, and the same gradients, as the whole transformer on word pieces."""
+    cfg = TextEncoderConfig(kind="minilm", embed_dim=8, finetune_layers=k, finetune_cache=True)
+    enc = create_text_encoder(None, cfg).eval()  # eval: no dropout, so both are exact
+    batch = enc.prepare(CAPTIONS)
+    assert set(batch) == {"hidden", "attention_mask"}
+    assert batch["hidden"].shape[:2] == batch["attention_mask"].shape
+    tokens = {k: torch.from_numpy(v) for k, v in enc.tokenizer(CAPTIONS).items()}
+    cached, direct = enc(**batch), enc(**tokens)
+    torch.testing.assert_close(cached, direct, atol=1e-5, rtol=0)
+    grads = []
+    for out in (cached, direct):
+        enc.zero_grad()
+        (out * torch.arange(out.numel()).view_as(out)).sum().backward(retain_graph=True)
+        grads.append([p.grad.clone() for p in enc.tuned.parameters()])
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    # the frozen layers ran once per caption: a second prepare reads the cache
+    assert len(enc._lower) == len(set(CAPTIONS))
+    again = enc.prepare(list(reversed(CAPTIONS)))
+    torch.testing.assert_close(again["hidden"][0], batch["hidden"][-1])

@@ -355,3 +355,48 @@ def test_held_out_words_are_never_read(tmp_path):
     assert "w1" not in data.vocab.stoi and "zebra" not in data.vocab.stoi
     assert not any("w1" in t or "zebra" in t for t in data.train_texts + data.dev_texts)
     assert "w0" in data.vocab.stoi
+
+
+def test_refit_replays_the_reference_schedule_on_all_train_images(tmp_path):
+    """``train.refit_from``: the slice run's curriculum switch (reloading the epoch its
+    switch reloaded, fresh optimiser) and its best epoch, with nothing evaluated."""
+    from vsekit.train import checkpoint as ckpt
+
+    ref_cfg = small_cfg(epochs=5, curriculum="sum_then_max", curriculum_patience=1)
+    ref_cfg.data.val_from_train = 3
+    data = make_data()
+    scripted = iter([10.0, 20.0, 15.0, 30.0, 25.0])  # switch after epoch 2, best epoch 3
+    real_eval = data.evaluate
+    data.evaluate = lambda model, batch: {**real_eval(model, batch), "rsum": next(scripted)}
+    ref = Trainer(ref_cfg, data, tmp_path / "ref", progress=False).fit()
+    assert ref["best_epoch"] == 3
+
+    cfg = small_cfg(epochs=5, curriculum="sum_then_max", curriculum_patience=1)
+    cfg.train.refit_from = str(tmp_path / "ref")
+    data = make_data()
+    data.evaluate = lambda model, batch: pytest.fail("a refit reads no selection split")
+    trainer = Trainer(cfg, data, tmp_path / "refit", progress=False)
+    seen, ends = {}, {}
+    real = trainer._train_epoch
+
+    def spy(model, opt, loss_fn, batches, epoch):
+        seen[epoch] = {k: v.clone() for k, v in model.state_dict().items()}
+        out = real(model, opt, loss_fn, batches, epoch)
+        ends[epoch] = {k: v.clone() for k, v in model.state_dict().items()}
+        return out
+
+    trainer._train_epoch = spy
+    res = trainer.fit()
+    assert res["epochs_run"] == 4 and res["best_epoch"] == 3
+    plan = res["events"][0]
+    assert plan["event"] == "refit" and (plan["switch"], plan["sum_best"]) == (2, 1)
+    switch = next(e for e in res["events"] if e["event"] == "switch to max_hinge")
+    assert switch["epoch"] == 2 and switch["from_best_epoch"] == 1
+    for k, v in seen[3].items():  # the L_M phase starts from the refit's own epoch 1
+        torch.testing.assert_close(v, ends[1][k], rtol=0, atol=0)
+    assert ckpt.load_pointer(tmp_path / "refit", "best").name == "e0003"
+
+    bad = small_cfg(epochs=2)
+    bad.train.refit_from = str(tmp_path / "refit")  # it selected nothing on a slice
+    with pytest.raises(ValueError, match="selected its epochs on dev"):
+        Trainer(bad, make_data(), tmp_path / "again", progress=False).fit()

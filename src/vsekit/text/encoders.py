@@ -36,6 +36,7 @@ class TextEncoderConfig:
     dropout: float = 0.0  # dropout on word embeddings
     stopwords: bool = False  # vectorisers (bow, trigram, mean_glove): drop English stop words
     finetune_layers: int = 0  # minilm: train the top k transformer layers (0: frozen, cached)
+    finetune_cache: bool = False  # minilm: cache the frozen lower layers' token states
     finetune_lr_scale: float = 0.1  # minilm: the tuned layers' lr is train.lr times this
     proj_hidden: int = 0  # minilm: hidden width of the projection MLP (0: linear)
 

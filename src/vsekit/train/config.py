@@ -94,6 +94,11 @@ class TrainConfig:
     device: str | None = None  # None: CUDA if present, else CPU
     precision: str = "fp32"  # fp32 | bf16 (autocast of the forward and loss; weights fp32)
     threads: int | None = None  # torch CPU threads (None: default)
+    # a finished run that selected on a carved slice (data.val_from_train): re-train on
+    # every train image (this run's val_from_train is 0) with that run's schedule: the
+    # curriculum switches at its switch epoch, reloading the epoch its switch reloaded,
+    # and training stops at its best epoch; no selection split is read
+    refit_from: str | None = None
 
 
 @dataclass
@@ -160,6 +165,11 @@ def validate(cfg: ExperimentConfig, where: str = "config") -> None:
         ),
         (cfg.train.optimizer in OPTIMIZERS, "train.optimizer", " | ".join(OPTIMIZERS)),
         (cfg.train.precision in ("fp32", "bf16"), "train.precision", "fp32 | bf16"),
+        (
+            not cfg.train.refit_from or cfg.data.val_from_train == 0,
+            "data.val_from_train",
+            "0 with train.refit_from (a refit trains on every train image)",
+        ),
     ]
     checks += _registry_checks(cfg)
     for ok, name, want in checks:

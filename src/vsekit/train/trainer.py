@@ -244,9 +244,43 @@ class Trainer:
         self.data.vocab.save(self.run / "vocab.json")  # words (or, for tag models, tags)
 
     # ------------------------------------------------------------ loop
+    def refit_plan(self) -> dict | None:
+        """``train.refit_from``'s schedule: ``{"epochs", "switch", "sum_best", "best"}``
+        (``switch`` None when the reference never switched), read from its checkpoints."""
+        ref = self.cfg.train.refit_from
+        if not ref:
+            return None
+        ref = Path(ref).expanduser()
+        try:
+            meta = json.loads((ref / "config.json").read_text())
+            best = json.loads((ref / "best.json").read_text())["epoch"]
+            state = json.loads((ckpt.load_pointer(ref, "last") / "state.json").read_text())
+        except (OSError, ValueError, KeyError) as e:
+            raise ValueError(f"train.refit_from: {ref} is not a finished training run ({e})") from e
+        if not meta["config"]["data"]["val_from_train"]:
+            raise ValueError(
+                f"train.refit_from: {ref} selected its epochs on dev (no data.val_from_train)"
+            )
+        odd = [e["event"] for e in state["events"] if not e["event"].startswith("switch")]
+        if odd:  # a restart or a time cap: its schedule is not the recipe's
+            raise ValueError(f"train.refit_from: {ref} has events {odd}; refit a clean run")
+        switch = next((e for e in state["events"] if e["event"].startswith("switch")), None)
+        return {
+            "epochs": best + 1,
+            "switch": switch["epoch"] if switch else None,
+            "sum_best": switch["from_best_epoch"] if switch else None,
+            "best": best,
+            "from": str(ref),
+        }
+
     def fit(self, resume: bool = False) -> dict:
-        """Train; returns ``{"best_epoch", "best_metrics", "collapsed", "epochs_run", ...}``."""
+        """Train; returns ``{"best_epoch", "best_metrics", "collapsed", "epochs_run", ...}``.
+
+        With ``train.refit_from`` the schedule is that run's (``refit_plan``): a fixed
+        number of epochs, the curriculum switch at its epoch, nothing evaluated."""
         t = self.cfg.train
+        plan = self.refit_plan()
+        epochs = plan["epochs"] if plan else t.epochs
         if resume and (self.run / "last.json").is_file():
             model, opt = self._new_model(t.seed)
             state, rng = ckpt.load_training_state(ckpt.load_pointer(self.run, "last"), model, opt)
@@ -270,10 +304,10 @@ class Trainer:
                 "restarts": 0,
                 "collapsed": False,
                 "seconds": 0.0,
-                "events": [],
+                "events": [{"event": "refit", **plan}] if plan else [],
             }
         t0 = time.perf_counter() - state["seconds"]
-        while state["epoch"] + 1 < t.epochs:
+        while state["epoch"] + 1 < epochs:
             epoch = state["epoch"] + 1
             self._set_lr(opt, state, epoch)
             loss_fn = self._loss(state["phase"])
@@ -282,10 +316,14 @@ class Trainer:
                 mean_loss = self.data.closed_form(model, batches, t.ridge)
             else:
                 mean_loss = self._train_epoch(model, opt, loss_fn, batches, epoch)
-            metrics = self.data.evaluate(model, t.eval_batch)
+            metrics = {} if plan else self.data.evaluate(model, t.eval_batch)
             state["seconds"] = time.perf_counter() - t0
-            score = metrics[self.data.select]
-            improved = score > state["best_score"]
+            if plan:  # the reference's choices: its best L_S epoch, then its best epoch
+                score = float(epoch)
+                improved = epoch in (plan["sum_best"], plan["best"])
+            else:
+                score = metrics[self.data.select]
+                improved = score > state["best_score"]
             if improved:
                 state.update(best_score=score, best_epoch=epoch, bad_epochs=0)
             else:
@@ -306,8 +344,11 @@ class Trainer:
                 t.curriculum_sum_epochs is not None and epoch + 1 >= t.curriculum_sum_epochs
             )
             switch = state["curriculum"] == "sum_then_max" and state["phase"] == "sum" and sum_done
+            if plan:
+                switch = epoch == plan["switch"]
             collapsed = (
-                self.data.collapse_metric is not None
+                not plan
+                and self.data.collapse_metric is not None
                 and epoch + 1 == t.collapse_epochs
                 and state["best_score"] < t.collapse_rsum
             )
@@ -327,6 +368,8 @@ class Trainer:
                 ckpt.save_epoch(self.run, epoch, model, opt, rng, state, best=False)
             if t.optimizer == "closed_form":
                 break  # solved exactly: another epoch would give the same weights
+            if plan:
+                continue  # the reference's epoch count: no early stop, no time cap
             if t.patience and state["bad_epochs"] >= t.patience and state["phase"] != "sum":
                 state["events"].append({"epoch": epoch, "event": "early stop"})
                 break
@@ -444,7 +487,7 @@ class Trainer:
         ep = [r["epoch"] for r in rows]
         fig, ax = plt.subplots(1, 2, figsize=(9, 3.2))
         key = self.data.select
-        ax[0].plot(ep, [r[key] for r in rows], marker="o")
+        ax[0].plot(ep, [r.get(key, float("nan")) for r in rows], marker="o")  # refit: none
         ax[0].set(xlabel="epoch", ylabel=f"dev {key}", title=self.cfg.name)
         ax[1].plot(ep, [r["loss"] for r in rows], marker="o", color="C1")
         ax[1].set(xlabel="epoch", ylabel="train loss")

@@ -12,10 +12,10 @@ Run: python scripts/make_default.py "GRU + MiniLM"
      python scripts/make_default.py "10-crop training, 2-crop index" --bench ten_crop \
          --crops 2 --tagger runs/tags-calibrated
 
-``--bench``: the benchmark whose JSON holds the row (``ensembles``: its ``ensembles``;
-``ten_crop``: its ``pairs``); ``--crops``: the crops the bundle indexes with, when
-its members trained on features of another crop count (recorded as
-``trained_on_crops``); ``--tagger``: a tag-ranking run to ship instead of the old
+``--bench``: the benchmark whose JSON holds the row (``ensembles`` and
+``large_ensembles``: its ``ensembles``; ``ten_crop``: its ``pairs``); ``--crops``: the
+crops the bundle indexes with, when its members trained on features of another crop
+count (recorded as ``trained_on_crops``); ``--tagger``: a tag-ranking run to ship instead of the old
 default's tagger (a probability tagger is calibrated on its selection slice).
 """
 
@@ -38,12 +38,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("ensemble", help="a row of benchmarks/ensembles.json")
     ap.add_argument("--out", default=str(default_model_dir()))
-    ap.add_argument("--bench", choices=("ensembles", "ten_crop"), default="ensembles")
+    ap.add_argument("--bench", choices=("ensembles", "ten_crop", "large_ensembles"),
+                    default="ensembles")  # fmt: skip
     ap.add_argument("--crops", type=int, help="index with this many crops")
     ap.add_argument("--tagger", help="a tag-ranking run to ship (default: keep the old one)")
     args = ap.parse_args()
     bench = json.loads((ROOT / "benchmarks" / f"{args.bench}.json").read_text())
-    row = bench["ensembles" if args.bench == "ensembles" else "pairs"][args.ensemble]
+    row = bench["pairs" if args.bench == "ten_crop" else "ensembles"][args.ensemble]
     runs = [ROOT / "runs" / "ensemble" / m for m in row["members"]]
     kinds = ["gru" if m.startswith("gru") else "minilm" for m in row["members"]]
     share = row["gru_share"]

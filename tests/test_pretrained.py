@@ -269,3 +269,21 @@ def test_cached_lower_layers_match_the_full_transformer(k):
     assert len(enc._lower) == len(set(CAPTIONS))
     again = enc.prepare(list(reversed(CAPTIONS)))
     torch.testing.assert_close(again["hidden"][0], batch["hidden"][-1])
+
+
+def test_inference_does_not_cache_transformer_states():
+    """A model loaded for inference runs the whole transformer per query: the training
+    cache would grow with every caption a server is asked."""
+    from tests.conftest import make_tiny_model
+    from vsekit.models.joint import JointConfig, JointEmbedding
+    from vsekit.runtime import VSEModel
+
+    base = make_tiny_model()
+    text = TextEncoderConfig(kind="minilm", embed_dim=6, finetune_layers=1, finetune_cache=True)
+    cfg = JointConfig(text=text, img_hidden=[7])
+    model = JointEmbedding(5, base.model.text.vocab, cfg)
+    assert model.text.cache_lower
+    info = dict(base.info, config=dict(base.info["config"], model=dataclasses.asdict(cfg)))
+    vse = VSEModel(model, info, captions=base.captions)
+    emb = vse.encode_text(CAPTIONS[:2])
+    assert emb.shape == (2, 6) and not model.text._lower

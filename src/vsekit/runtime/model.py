@@ -111,6 +111,9 @@ class VSEModel(BaseModel):
         super().__init__(info, fne_stats, captions, path, tagger)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model = model.eval().to(self.device)
+        for m in self.model.modules():  # training's per-caption cache (finetune_cache) would
+            if getattr(m, "cache_lower", False):  # grow with every query a server answers
+                m.cache_lower = False
         self._backbone = None
         self.expansion: tuple[list[str], ExpansionVectors] | None = None
         self._base_vocab = getattr(self._word_encoder(), "vocab", None)

@@ -1,0 +1,185 @@
+"""Every trained member together: the best configuration at any inference cost, and the
+pairs with the top MiniLM layer tuned on a CPU.
+
+Protocol (issue: retrieval quality, "the best configuration, at any inference cost"):
+
+1. Members, each trained with its recipe and budget, epochs chosen on the 500 carved
+   train images (the same slice for all); dev is never used to choose anything:
+   * 10-crop trained (``benchmarks/ten_crop.py``): ``gru10-sN``, ``minilm10-sN`` (frozen
+     MiniLM), ``minilm10ft1-sN`` (its top transformer layer tuned, on this CPU with the
+     frozen layers' states cached: ``model.text.finetune_cache``);
+   * 2-crop trained (``benchmarks/ensembles.py``): ``gru-sN``, ``minilm-sN``;
+   * ``ft3-sN``, ``ft6-sN``: MiniLM with its top 3 / all 6 layers tuned on a GPU machine
+     (``benchmarks/minilm_finetune.py``), of which only the 2-crop slice and dev
+     embeddings exist (float16, ``runs/finetune/*/embeddings.npz``).
+2. Two indexes: every member reading 2-crop rows (what ``vse index`` computes today) and
+   reading 10-crop rows (five times the backbone cost; the GPU members still read their
+   2-crop embeddings, which a 10-crop pass also yields).
+3. An ensemble averages its members' cosines; its GRU share is chosen on the slice from
+   ``ensembles.GRID``. Among the candidate compositions, the one with the best slice
+   rsum is "chosen" per index; every candidate's dev figure is listed too.
+4. The GRU + tuned-MiniLM pair (seed N with seed N) is the recipe a shipped default could
+   use at today's size; its dev figures over seeds are reported as mean ± sample std.
+
+Run: python benchmarks/large_ensembles.py      (members must be trained; member
+embeddings are cached in ~/.cache/vsekit/bench/large_ensembles.npz)
+Writes benchmarks/large_ensembles.json and .md.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import record  # noqa: E402
+from ensembles import FT_RUNS, GRID, RUNS, combine, kind_of, metrics  # noqa: E402
+from ten_crop import F8K, STORES  # noqa: E402
+
+from vsekit.data import load_dataset  # noqa: E402
+from vsekit.features import FeatureStore  # noqa: E402
+from vsekit.train.export import model_from_run  # noqa: E402
+from vsekit.train.features import image_features  # noqa: E402
+
+SEEDS = (0, 1, 2)
+LOCAL = ("gru10", "minilm10", "minilm10ft1", "gru", "minilm")  # runs/ensemble/<kind>-sN
+GPU = ("ft3", "ft6")  # runs/finetune/<kind>-sN/embeddings.npz (2-crop rows only)
+CACHE = Path("~/.cache/vsekit/bench/large_ensembles.npz").expanduser()
+
+
+def three(*kinds: str) -> list[str]:
+    return [f"{k}-s{s}" for k in kinds for s in SEEDS]
+
+
+CANDIDATES = {
+    "3 GRU10 + 3 MiniLM10": three("gru10", "minilm10"),
+    "3 GRU10 + 3 MiniLM10-ft1": three("gru10", "minilm10ft1"),
+    "3 GRU10 + 3 MiniLM10 + 3 MiniLM10-ft1": three("gru10", "minilm10", "minilm10ft1"),
+    "3 GRU10 + 3 MiniLM-ft6": three("gru10", "ft6"),
+    "3 GRU10 + 3 MiniLM10-ft1 + 3 MiniLM-ft6": three("gru10", "minilm10ft1", "ft6"),
+    "3 GRU10 + 3 MiniLM10 + 3 MiniLM10-ft1 + 3 MiniLM-ft6": three(
+        "gru10", "minilm10", "minilm10ft1", "ft6"
+    ),
+    "every member (21)": three(*LOCAL, *GPU),
+}
+PAIRS = {f"GRU10 + MiniLM10-ft1, seed {s}": [f"gru10-s{s}", f"minilm10ft1-s{s}"] for s in SEEDS}
+PAIRS |= {f"GRU10 + MiniLM10 (frozen), seed {s}": [f"gru10-s{s}", f"minilm10-s{s}"]
+          for s in SEEDS}  # fmt: skip
+
+
+def member_embeddings(splits: dict) -> dict[str, np.ndarray]:
+    """``"{member}|{split}|{crops}|img"`` and ``"{member}|{split}|txt"`` arrays."""
+    emb = dict(np.load(CACHE)) if CACHE.is_file() else {}
+    stores = {c: FeatureStore(p) for c, p in STORES.items()}
+    for name in three(*LOCAL):
+        run = RUNS / name
+        done = run / "done.json"
+        stamp = emb.get(f"{name}|mtime", [0])[0]  # the run's done.json when embedded
+        if done.is_file() and stamp == done.stat().st_mtime:
+            continue
+        model = model_from_run(run)
+        kind = model.info["image"]["features"]
+        for s, sp in splits.items():
+            emb[f"{name}|{s}|txt"] = model.encode_text(sp.texts)
+            for c, store in stores.items():
+                feats = image_features(store, kind, [im.id for im in sp.images])
+                emb[f"{name}|{s}|{c}|img"] = model.encode_image_features(feats)
+        emb[f"{name}|mtime"] = np.array([done.stat().st_mtime])
+        print("embedded", name, flush=True)
+        CACHE.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(CACHE.with_suffix(".tmp.npz"), **emb)
+        CACHE.with_suffix(".tmp.npz").replace(CACHE)
+    for name in three(*GPU):
+        z = np.load(FT_RUNS / name / "embeddings.npz")
+        for s in splits:
+            emb[f"{name}|{s}|txt"] = z[f"{s}_txt"].astype(np.float32)
+            for c in STORES:  # only 2-crop rows exist for the GPU members
+                emb[f"{name}|{s}|{c}|img"] = z[f"{s}_img"].astype(np.float32)
+    return emb
+
+
+def score(emb: dict, group: list[str], crops: int, splits: dict, c2i: dict) -> dict:
+    """The group's ensemble at the GRU share with the best slice rsum."""
+    kinds = [kind_of(n) for n in group]
+    grid = GRID if {"gru", "minilm"} <= set(kinds) else (0.0,)
+    scored = []
+    for share in grid:
+        res = {}
+        for s in splits:
+            pairs = list(zip(group, kinds, strict=True))
+            img = combine([(emb[f"{n}|{s}|{crops}|img"], k) for n, k in pairs], share)
+            txt = combine([(emb[f"{n}|{s}|txt"], k) for n, k in pairs], share)
+            res[s] = metrics(img, txt, c2i[s])
+        scored.append((res["selection"]["rsum"], share, res))
+    _, share, res = max(scored, key=lambda x: x[0])
+    return {"members": group, "gru_share": share, **res}
+
+
+def main() -> None:
+    ds = load_dataset(F8K)
+    splits = {"selection": ds.carve("train", 500, "train-val", 0).split("train-val"),
+              "dev": ds.split("dev")}  # fmt: skip
+    c2i = {s: [c.image for c in sp.captions] for s, sp in splits.items()}
+    emb = member_embeddings(splits)
+    members = {n: {f"dev_c{c}": metrics(emb[f"{n}|dev|{c}|img"], emb[f"{n}|dev|txt"], c2i["dev"])
+                   for c in STORES} for n in three(*LOCAL, *GPU)}  # fmt: skip
+    rows, chosen = {}, {}
+    for c in STORES:
+        for label, group in {**CANDIDATES, **PAIRS}.items():
+            rows[f"{label}, {c}-crop index"] = score(emb, group, c, splits, c2i)
+            r = rows[f"{label}, {c}-crop index"]
+            print(f"{label}, c{c}: share {r['gru_share']} slice {r['selection']['rsum']:.1f} "
+                  f"dev {r['dev']['rsum']:.1f}", flush=True)  # fmt: skip
+        best = max(CANDIDATES, key=lambda k: rows[f"{k}, {c}-crop index"]["selection"]["rsum"])
+        chosen[f"{c}-crop index"] = best
+    spread = {}
+    for label in ("GRU10 + MiniLM10-ft1", "GRU10 + MiniLM10 (frozen)"):
+        for c in STORES:
+            out = {}
+            for key in ("rsum", "i2t_r1", "t2i_r1"):
+                xs = np.array([rows[f"{label}, seed {s}, {c}-crop index"]["dev"][key]
+                               for s in SEEDS])  # fmt: skip
+                mean, std = round(float(xs.mean()), 2), round(float(xs.std(ddof=1)), 2)
+                out[key] = {"mean": mean, "std": std, "each": xs.tolist()}
+            spread[f"{label}, {c}-crop index"] = out
+    print("chosen on the slice:", chosen, flush=True)
+    print(json.dumps(spread, indent=1), flush=True)
+    out = Path(__file__).with_suffix(".json")
+    record(out, {"command": "python benchmarks/large_ensembles.py", "members": members,
+                 "ensembles": rows, "chosen_on_selection": chosen, "pairs_over_seeds": spread,
+                 "stores": {c: str(p) for c, p in STORES.items()}})  # fmt: skip
+    write_table(json.loads(out.read_text()))
+
+
+def write_table(res: dict) -> None:
+    rows = ["| ensemble | index | GRU share | selection rsum | dev R@1 i2t / t2i | dev rsum |",
+            "|---|---|---|---|---|---|"]  # fmt: skip
+    chosen = {f"{v}, {k}" for k, v in res["chosen_on_selection"].items()}
+    for label, r in res["ensembles"].items():
+        if ", seed " in label:
+            continue
+        name, index = label.rsplit(", ", 1)
+        d = r["dev"]
+        mark = "**" if label in chosen else ""
+        rows.append(f"| {mark}{name}{mark} | {index.split()[0]} | {r['gru_share']} | "
+                    f"{r['selection']['rsum']:.1f} | {d['i2t_r1']:.1f} / {d['t2i_r1']:.1f} | "
+                    f"{mark}{d['rsum']:.1f}{mark} |")  # fmt: skip
+    rows += ["", "| pair, seeds 0-2 (mean ± sample std) | index | dev rsum | i2t R@1 | t2i R@1 |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for label, sp in res["pairs_over_seeds"].items():
+        name, index = label.rsplit(", ", 1)
+        cells = " | ".join(f"{sp[k]['mean']:.1f} ± {sp[k]['std']:.1f}"
+                           for k in ("rsum", "i2t_r1", "t2i_r1"))  # fmt: skip
+        rows.append(f"| {name} | {index.split()[0]} | {cells} |")
+    head = (
+        f"Flickr8k dev (1,000 images, 5,000 captions), {res['date']}, `{res['command']}`; "
+        "bold: the composition chosen on the selection slice for each index.\n\n"
+    )
+    Path(__file__).with_suffix(".md").write_text(head + "\n".join(rows) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -52,15 +52,21 @@ PAIRS = {"2-crop training": ("gru-s0", "minilm-s0"),
 
 def crops_of(name: str) -> int:
     """The crop count a member was trained on, from its name (``gru10-s1``: 10)."""
-    return 10 if name.split("-s")[0] in CONFIGS else 2
+    return 10 if name.split("-s")[0].removesuffix("r") in CONFIGS else 2
 
 
 def train(name: str) -> None:
+    """Train member ``name``; ``KINDr-sN`` is ``KIND-sN`` refitted on every train image
+    (``train.refit_from``: its epochs and curriculum switch, chosen on the slice)."""
     kind, seed = name.split("-s")
-    config, sets = CONFIGS[kind]
+    refit = kind.endswith("r") and kind not in CONFIGS
+    config, sets = CONFIGS[kind.removesuffix("r") if refit else kind]
     # every epoch of the recipe (its 10-minute cap is lifted: the CPU may be shared)
     sets = [*sets, f"train.seed={seed}", f"data.store={STORES[10]}", "data.crops=10",
             "train.max_minutes=null"]  # fmt: skip
+    if refit:
+        base = RUNS / f"{kind[:-1]}-s{seed}"
+        sets += ["data.val_from_train=0", f"train.refit_from={base}"]
     train_run(RUNS / name, config, sets, ROOT)
 
 

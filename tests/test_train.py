@@ -375,7 +375,7 @@ def test_refit_replays_the_reference_schedule_on_all_train_images(tmp_path):
     cfg.train.refit_from = str(tmp_path / "ref")
     data = make_data()
     data.evaluate = lambda model, batch: pytest.fail("a refit reads no selection split")
-    trainer = Trainer(cfg, data, tmp_path / "refit", progress=False)
+    trainer = Trainer(cfg, data, tmp_path / "refit", progress=True)  # its log line too
     seen, ends = {}, {}
     real = trainer._train_epoch
 

@@ -464,7 +464,8 @@ class Trainer:
         if self.progress:
             print(
                 f"epoch {row['epoch']:>3} [{row['phase']}] loss {row['loss']:.4f}  "
-                f"{self.data.summary(row)}  {row['seconds']:.0f}s",
+                f"{self.data.summary(row) if self.data.select in row else 'refit'}  "
+                f"{row['seconds']:.0f}s",
                 flush=True,
             )
 

@@ -70,9 +70,12 @@ def main() -> None:
     for name, run, m in zip(row["members"], runs, models, strict=True):
         best = json.loads((run / "best.json").read_text())
         state = b"".join(v.numpy().tobytes() for v in m.model.state_dict().values())
+        refit = m.info["config"]["train"].get("refit_from")
+        sel = best["metrics"].get("rsum")  # none for a refit: it trained on the slice
         members.append({"name": name, "config": m.info["config"]["name"],
                         "seed": m.info["config"]["train"]["seed"], "best_epoch": best["epoch"],
-                        "selection_rsum": round(best["metrics"]["rsum"], 2),
+                        "selection_rsum": None if sel is None else round(sel, 2),
+                        **({"refit_from": Path(refit).name} if refit else {}),
                         "weights_sha256": hashlib.sha256(state).hexdigest()})  # fmt: skip
     ens.info["dev_metrics"] = row["dev"]
     ens.info["source"] = {
@@ -80,8 +83,15 @@ def main() -> None:
         "ensemble": args.ensemble,
         "weights": weights,
         "members": members,
-        "data": "Flickr8k train less 500 images carved out (data.val_from_train, val_seed 0) "
-        "that chose each member's epoch and the GRU share; dev untouched",
+        "data": (
+            "Flickr8k train, all 6,000 images (train.refit_from: each member refitted with "
+            "the epoch count and curriculum switch its twin chose on 500 train images carved "
+            "out, data.val_from_train, val_seed 0, where the twins also chose the GRU share); "
+            "dev untouched"
+            if all("refit_from" in m for m in members)
+            else "Flickr8k train less 500 images carved out (data.val_from_train, val_seed 0) "
+            "that chose each member's epoch and the GRU share; dev untouched"
+        ),
     }
     out = ens.save(args.out, captions=old.captions or ())
     fingerprint = VSEModel.load(out, device="cpu").fingerprint

@@ -10,9 +10,13 @@ int8 ``image.int8.onnx``; ``--model``: a bundle exported with both, e.g. by
 the unchanged folder (images that went through the model: must be 0), and the physical
 bound: the backbone's operations per image against this CPU's fp32 and int8 peaks.
 
+``--baseline BUNDLE``: that bundle's int8 graph too (a previous default), so a new
+model's throughput is compared with the old one's in the same run.
+
 Backends run in ``--rounds`` alternating rounds (default 3); medians are compared.
 
-Run: python benchmarks/index_speed.py [--model BUNDLE] [--n 256] [--rounds 3]
+Run: python benchmarks/index_speed.py [--model BUNDLE] [--baseline BUNDLE] [--n 256]
+[--rounds 3]
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--model", default="default", help="bundle (default: the shipped one)")
+    ap.add_argument("--baseline", help="another bundle whose int8 graph is timed alongside")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     files = [Path(p) for p, _, _ in scan_media(args.images)][: args.n]
@@ -84,6 +89,9 @@ def main() -> None:
             models[f"onnx {precision}"] = vsekit.load_model(
                 args.model, backend="onnx", precision=precision
             )
+    if args.baseline:
+        label = f"onnx int8, baseline {Path(args.baseline).name}"
+        models[label] = vsekit.load_model(args.baseline, backend="onnx", precision="int8")
     for m in models.values():
         m.encode_image(files[:2])  # warm-up: weights loaded, kernels chosen
 
@@ -93,7 +101,7 @@ def main() -> None:
             folder.mkdir()
             for f in files:  # copies: links to files outside the folder are not indexed
                 shutil.copy2(f, folder / f.name)
-            coll = Collection(Path(tmp) / "index", model_info(model, args.model))
+            coll = Collection(Path(tmp) / "index", model_info(model, str(model.path)))
             kw = {"progress": False, "reduce_to": model.decode_size}
             first = coll.update(folder, model.encode_image, args.batch_size, **kw)
             again = coll.update(folder, model.encode_image, args.batch_size, **kw)

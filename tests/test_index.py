@@ -352,9 +352,11 @@ def test_default_model_finds_the_described_photos(flickr8k_root):
 
 
 def test_default_model_is_small():
-    """The bundle in git stays small; with the ONNX encoders and the vocabulary expansion
-    `scripts/setup` generates (shipped in the wheel, not in git) it still fits a 100 MB
-    wheel: deflated as a wheel stores it, with 3 MB left for the code."""
+    """The bundle in git stays small (its float16 weights: since session 9 a GRU and three
+    MiniLM members, 26 MB; each re-export adds that to the history); with the ONNX
+    encoders and the vocabulary expansion `scripts/setup` generates (shipped in the wheel,
+    not in git) it still fits a 100 MB wheel: deflated as a wheel stores it, with 3 MB
+    left for the code."""
     import zlib
 
     from vsekit.runtime.model import default_model_dir
@@ -363,7 +365,7 @@ def test_default_model_is_small():
     generated = {".onnx"}
     tracked = [f for f in files if f.suffix not in generated and f.name != "onnx.json"
                and not f.name.startswith("expansion.")]  # fmt: skip
-    assert sum(f.stat().st_size for f in tracked) <= 25 * 1024 * 1024
+    assert sum(f.stat().st_size for f in tracked) <= 30 * 1024 * 1024
     assert sum(len(zlib.compress(f.read_bytes(), 6)) for f in files) <= 97_000_000
 
 

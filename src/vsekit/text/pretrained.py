@@ -166,47 +166,49 @@ class MiniLMEncoder(nn.Module):
     def _device(self) -> torch.device:
         return self.proj[0].weight.device
 
-    def sentence_vectors(self, texts: Sequence[str], batch: int = 256) -> np.ndarray:
-        """The transformer's ``[B, 384]`` unit sentence vectors, cached by text (shared
-        by every frozen tower)."""
-        todo = list(dict.fromkeys(t for t in texts if t not in self._cache))
+    def _cached(self, cache: dict, texts: Sequence[str], batch: int, compute, limit: int) -> list:
+        """``texts``' values in ``cache``, computing the missing ones with
+        ``compute(word pieces) -> one value per text``, ``batch`` texts at a time and without
+        gradients; then the oldest entries beyond ``limit`` are dropped (insertion order)."""
+        todo = list(dict.fromkeys(t for t in texts if t not in cache))
         with torch.no_grad():
             for a in range(0, len(todo), batch):
                 chunk = todo[a : a + batch]
                 enc = {k: torch.from_numpy(v).to(self._device)
                        for k, v in self.tokenizer(chunk).items()}  # fmt: skip
-                vec = self.encode_tokens(**enc).float().cpu().numpy()
-                self._cache.update(zip(chunk, vec, strict=True))
+                cache.update(zip(chunk, compute(enc), strict=True))
+        out = [cache[t] for t in texts]
+        extra = len(cache) - limit
+        if extra > 0:
+            for key in list(itertools.islice(cache, extra)):
+                del cache[key]
+        return out
+
+    def sentence_vectors(self, texts: Sequence[str], batch: int = 256) -> np.ndarray:
+        """The transformer's ``[B, 384]`` unit sentence vectors, cached by text (shared
+        by every frozen tower)."""
+
+        def vectors(enc: dict) -> np.ndarray:
+            return self.encode_tokens(**enc).float().cpu().numpy()
+
+        out = self._cached(self._cache, texts, batch, vectors, SENTENCE_CACHE_LIMIT)
         if not texts:
             return np.zeros((0, self.transformer.config.hidden_size), np.float32)
-        out = np.stack([self._cache[t] for t in texts])
-        extra = len(self._cache) - SENTENCE_CACHE_LIMIT
-        if extra > 0:  # oldest first (insertion order)
-            for key in list(itertools.islice(self._cache, extra)):
-                del self._cache[key]
-        return out
+        return np.stack(out)
 
     def lower_states(self, texts: Sequence[str], batch: int = 256) -> list[np.ndarray]:
         """Each caption's ``[T_i, H]`` token states after the frozen layers (embeddings
         and the bottom ``6 - k`` layers), computed once and cached by text."""
         bert = self._bert_on(self._device)
         frozen = bert.encoder.layer[: len(bert.encoder.layer) - len(self.tuned)]
-        todo = list(dict.fromkeys(t for t in texts if t not in self._lower))
-        with torch.no_grad():
-            for a in range(0, len(todo), batch):
-                chunk = todo[a : a + batch]
-                enc = {k: torch.from_numpy(v).to(self._device)
-                       for k, v in self.tokenizer(chunk).items()}  # fmt: skip
-                h = bert.embeddings(input_ids=enc["input_ids"])
-                h = run_layers(frozen, h, enc["attention_mask"]).float().cpu().numpy()
-                n = enc["attention_mask"].sum(1).tolist()
-                self._lower.update((t, h[i, : n[i]].copy()) for i, t in enumerate(chunk))
-        out = [self._lower[t] for t in texts]
-        extra = len(self._lower) - LOWER_CACHE_LIMIT
-        if extra > 0:  # oldest first (insertion order)
-            for key in list(itertools.islice(self._lower, extra)):
-                del self._lower[key]
-        return out
+
+        def states(enc: dict) -> list[np.ndarray]:
+            h = bert.embeddings(input_ids=enc["input_ids"])
+            h = run_layers(frozen, h, enc["attention_mask"]).float().cpu().numpy()
+            n = enc["attention_mask"].sum(1).tolist()
+            return [h[i, : n[i]].copy() for i in range(len(n))]
+
+        return self._cached(self._lower, texts, batch, states, LOWER_CACHE_LIMIT)
 
     def prepare(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
         if self.frozen:

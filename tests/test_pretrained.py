@@ -287,3 +287,22 @@ def test_inference_does_not_cache_transformer_states():
     vse = VSEModel(model, info, captions=base.captions)
     emb = vse.encode_text(CAPTIONS[:2])
     assert emb.shape == (2, 6) and not model.text._lower
+
+
+def test_caches_keep_the_newest_captions_only(monkeypatch):
+    """Both per-caption caches are bounded: beyond their limit the oldest entries go, and
+    a batch larger than the limit still gets every caption's value."""
+    from vsekit.text import pretrained
+
+    monkeypatch.setattr(pretrained, "LOWER_CACHE_LIMIT", 2)
+    cfg = TextEncoderConfig(kind="minilm", embed_dim=8, finetune_layers=1, finetune_cache=True)
+    enc = create_text_encoder(None, cfg)
+    states = enc.lower_states(CAPTIONS[:4])
+    assert len(states) == 4 and list(enc._lower) == CAPTIONS[2:4]
+    again = enc.lower_states(CAPTIONS[:1])  # recomputed after being dropped: the same
+    np.testing.assert_allclose(again[0], states[0], atol=1e-5)
+    monkeypatch.setattr(pretrained, "SENTENCE_CACHE_LIMIT", 3)
+    monkeypatch.setattr(pretrained, "_SENTENCES", {})
+    frozen = create_text_encoder(None, TextEncoderConfig(kind="minilm", embed_dim=8))
+    vec = frozen.sentence_vectors(CAPTIONS[:4])
+    assert vec.shape == (4, 384) and list(frozen._cache) == CAPTIONS[1:4]

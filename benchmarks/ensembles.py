@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import record, train_run  # noqa: E402
 
 from vsekit.data import load_dataset  # noqa: E402
-from vsekit.eval import retrieval_metrics_from_embeddings  # noqa: E402
+from vsekit.eval import retrieval_metrics, retrieval_metrics_from_embeddings  # noqa: E402
 from vsekit.features import FeatureStore  # noqa: E402
 from vsekit.train.export import model_from_run  # noqa: E402
 from vsekit.train.features import image_features  # noqa: E402
@@ -88,6 +88,11 @@ def train(name: str) -> None:
 def metrics(img: np.ndarray, txt: np.ndarray, c2i: list[int]) -> dict:
     m = retrieval_metrics_from_embeddings(torch.from_numpy(img), torch.from_numpy(txt), c2i)
     return {k: round(float(v), 2) for k, v in m.items()}
+
+
+def metrics_sims(sims: np.ndarray, c2i: list[int]) -> dict:
+    """As :func:`metrics`, from a ``[n_images, n_captions]`` score matrix."""
+    return {k: round(float(v), 2) for k, v in retrieval_metrics(sims, c2i).items()}
 
 
 def combine(parts: list[tuple[np.ndarray, str]], share: float) -> np.ndarray:

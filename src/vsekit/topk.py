@@ -27,8 +27,11 @@ def exact_search(
     live: np.ndarray | None = None,
     score_fn: ScoreFn = dot_scores,
     chunk: int = EXACT_CHUNK,
+    bias: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-k by scanning ``emb`` in chunks of ``chunk`` rows.
+
+    ``bias``: ``[N]`` added to every query's score of each row (a CSLS penalty, negated).
 
     Memory is ``O(Q * (chunk + k))`` whatever N is; each chunk's candidates are merged
     into the running top-k with ``argpartition`` (ties broken towards lower rows).
@@ -40,6 +43,8 @@ def exact_search(
     for a in range(0, emb.shape[0], chunk):
         block = np.asarray(emb[a : a + chunk], dtype=np.float32)
         s = score_fn(block, q).astype(np.float32, copy=False)
+        if bias is not None:
+            s = s + np.asarray(bias[a : a + block.shape[0]], np.float32)[None, :]
         if live is not None:
             s = np.where(live[a : a + block.shape[0]][None, :], s, -np.inf)
         rows = np.broadcast_to(np.arange(a, a + block.shape[0]), s.shape)

@@ -291,6 +291,7 @@ def _add_index(sub: argparse._SubParsersAction) -> None:
 
 def _index(args: argparse.Namespace) -> int:
     from ..index import Collection, model_info
+    from ..index.query import text_query_bias
 
     if args.threads:
         _set_threads(args.threads)
@@ -311,6 +312,7 @@ def _index(args: argparse.Namespace) -> int:
         reduce_to=model.decode_size,
         exclude=args.exclude,
     )
+    text_query_bias(coll, model)  # each photo's CSLS penalty, cached for `vse search`
     for path, err in rep.failed:
         note = f"skipped {path}: {err}" if not err.startswith(path) else f"skipped {err}"
         print(note, file=sys.stderr)

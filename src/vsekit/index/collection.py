@@ -58,11 +58,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..fsio import exclusive_lock
+from ..fsio import atomic_write, exclusive_lock
 from ..images import IMAGE_SUFFIXES, ImageError, load_image
 from ..topk import dot_scores
 from ..video import INSTALL_HINT, VIDEO_SUFFIXES, Sampling, embed_video, is_video, video_support
-from .search import FAISS_MIN_ROWS, FaissSearcher, exact_search
+from .search import FAISS_MIN_ROWS, FaissSearcher, exact_search, rerank
 
 INDEX_VERSION = 1
 DB_NAME = "index.sqlite"
@@ -297,6 +297,7 @@ class Collection:
         self.similarity = meta.get("similarity", "cosine")
         self._snapshot_key = None
         self._faiss = None
+        self._penalties: dict[Path, np.ndarray] = {}
         if repair:
             self.repair()
         self.check()
@@ -717,11 +718,47 @@ class Collection:
         return True
 
     # -- searching -----------------------------------------------------------------
+    def row_penalties(self, penalty: Callable[[np.ndarray], np.ndarray], key: str) -> np.ndarray:
+        """``[rows]``: ``penalty(embeddings)`` of every row (a model's CSLS image
+        penalty, :meth:`BaseModel.image_penalty`), cached in ``pen-<generation>-<key>.f32``
+        and computed only for the rows appended since (rows never change within a
+        generation). A read-only index computes them in memory."""
+        self.refresh()
+        path = self.path / f"pen-{self.generation}-{key}.f32"
+        cached = self._penalties.get(path)
+        if cached is None and path.is_file():
+            cached = np.fromfile(path, np.float32)
+        if cached is None or len(cached) > self.n_rows:
+            cached = np.zeros(0, np.float32)
+        if len(cached) < self.n_rows:
+            new = [penalty(np.asarray(self.emb[a : min(a + 4096, self.n_rows)]))
+                   for a in range(len(cached), self.n_rows, 4096)]  # fmt: skip
+            cached = np.concatenate([cached, *(np.asarray(x, np.float32) for x in new)])
+            if not self.read_only:
+                try:
+                    atomic_write(path, cached.tobytes())
+                    for old in self.path.glob("pen-*.f32"):
+                        if old != path:
+                            old.unlink(missing_ok=True)
+                except OSError:
+                    pass  # still searches; computes them again next time
+        self._penalties = {path: cached}
+        return cached
+
     def search(
-        self, queries: np.ndarray, k: int = 20, method: str = "auto", score_fn=None
+        self,
+        queries: np.ndarray,
+        k: int = 20,
+        method: str = "auto",
+        score_fn=None,
+        bias: np.ndarray | None = None,
     ) -> list[list[Hit]]:
         """Top-k files for each query vector ``[Q, dim]``, a file scoring its best row;
         a video hit carries the start and end of its best segment.
+
+        ``bias``: ``[rows]`` added to every query's score of each row (a negated CSLS
+        penalty, :meth:`row_penalties`). FAISS then re-ranks its ``4k + 100`` best rows
+        by the biased score.
 
         ``method``: ``exact`` (one chunked matrix product), ``faiss`` (IVF, built on first
         use and kept until the index changes) or ``auto`` (FAISS from
@@ -739,9 +776,13 @@ class Collection:
                 self._faiss = self._faiss_searcher()
 
             def top_rows(k_rows: int):
-                return self._faiss.search(q, k_rows)
+                if bias is None:
+                    return self._faiss.search(q, k_rows)
+                _, cand = self._faiss.search(q, min(4 * k_rows + 100, n_live))
+                return rerank(self.emb, q, cand, bias, k_rows)
         elif method == "exact":
             kw = {} if dot else {"score_fn": score_fn}
+            kw["bias"] = bias
 
             def top_rows(k_rows: int):
                 return exact_search(self.emb, q, k_rows, self.live, **kw)
@@ -758,7 +799,7 @@ class Collection:
                 break
             k_rows = min(2 * k_rows, n_live)
         return [
-            [self._with_best_segment(h, qv, score_fn) for h in hits]
+            [self._with_best_segment(h, qv, score_fn, bias) for h in hits]
             for hits, qv in zip(out, q, strict=True)
         ]
 
@@ -782,7 +823,7 @@ class Collection:
                 break
         return hits
 
-    def _with_best_segment(self, hit: Hit, query: np.ndarray, score_fn=None) -> Hit:
+    def _with_best_segment(self, hit: Hit, query: np.ndarray, score_fn=None, bias=None) -> Hit:
         """A video hit ranked by its whole-clip row gets its best segment's times."""
         pos = self._id_to_pos[hit.id]
         rows = self.segment_rows.get(pos)
@@ -791,6 +832,8 @@ class Collection:
         emb = np.asarray(self.emb[rows])
         score = score_fn or dot_scores
         s = np.asarray(score(emb, query[None])).reshape(-1)
+        if bias is not None:
+            s = s + bias[rows]
         best = int(rows[int(np.argmax(s))])
         return Hit(hit.id, hit.path, hit.score, float(self.row_start[best]),
                    float(self.row_end[best]))  # fmt: skip

@@ -58,8 +58,19 @@ def search_text_embedding(
     coll: Collection, model: BaseModel, q: np.ndarray, k: int = 20, method: str = "auto"
 ) -> list[Hit]:
     """Images best matching an already-embedded text query ``q`` ([D] or [1, D]), scored
-    with the model's own similarity (the service embeds outside its collection lock)."""
-    return coll.search(np.atleast_2d(q), check_k(k), method, _score_fn(model))[0]
+    with the model's own similarity (the service embeds outside its collection lock),
+    less each image's CSLS penalty when the model has hubness reduction."""
+    bias = text_query_bias(coll, model)
+    return coll.search(np.atleast_2d(q), check_k(k), method, _score_fn(model), bias)[0]
+
+
+def text_query_bias(coll: Collection, model: BaseModel) -> np.ndarray | None:
+    """``[rows]``: minus each indexed image's CSLS penalty (:mod:`vsekit.hubness`),
+    computed for new rows and cached in the index; None without hubness reduction."""
+    hub = model.hubness
+    if hub is None:
+        return None
+    return -coll.row_penalties(model.image_penalty, hub.key)
 
 
 def search_vector(

@@ -18,6 +18,7 @@ __all__ = [
     "ScoreFn",
     "dot_scores",
     "exact_search",
+    "rerank",
 ]
 
 FAISS_MIN_ROWS = 100_000  # "auto" switches to FAISS from this many live rows
@@ -86,3 +87,19 @@ class FaissSearcher:
             return np.zeros((len(q), 0), np.float32), np.zeros((len(q), 0), np.int64)
         s, r = self.index.search(np.ascontiguousarray(q, dtype=np.float32), k)
         return s, r
+
+
+def rerank(
+    emb: np.ndarray, q: np.ndarray, cand: np.ndarray, bias: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Re-score candidate rows ``cand[Q, c]`` (``-1``: none) by ``q . emb[row] +
+    bias[row]`` and keep the best ``k`` per query, sorted (FAISS candidates under a
+    per-row bias); padded with ``-inf`` / ``-1`` when fewer candidates exist."""
+    out_s = np.full((len(q), k), -np.inf, np.float32)
+    out_r = np.full((len(q), k), -1, np.int64)
+    for j, (qv, rows) in enumerate(zip(q, cand, strict=True)):
+        rows = np.sort(rows[rows >= 0])
+        s = np.asarray(emb[rows], np.float32) @ qv + bias[rows]
+        order = np.lexsort((rows, -s))[:k]
+        out_s[j, : len(order)], out_r[j, : len(order)] = s[order], rows[order]
+    return out_s, out_r

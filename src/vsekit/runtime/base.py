@@ -20,6 +20,7 @@ from PIL import Image
 
 from ..features.fne import FNEStats
 from ..features.kinds import FEATURE_KINDS
+from ..hubness import Hubness, caption_bank_texts, read_hubness
 from ..video import Sampling, VideoVectors, embed_video, is_video
 from ..views import decode_size
 
@@ -152,6 +153,7 @@ class BaseModel:
         self._tag_table = None  # ([T, D] word vectors of every tag, [T] known)
         self._tag_bias = None  # [T] per-tag bias of a tagger with learned tags
         self._pool = None
+        self._hub: Hubness | bool | None = None  # False: the bundle has none
 
     # -- identity ------------------------------------------------------------------
     @property
@@ -295,6 +297,59 @@ class BaseModel:
         return similarity_matrix(
             self.similarity_name, a, b, bool(self.model_config.get("abs", False))
         )
+
+    # -- hubness reduction (CSLS) ---------------------------------------------------
+    @property
+    def hubness(self) -> Hubness | None:
+        """The bundle's hubness reduction (:mod:`vsekit.hubness`), or None if it ships
+        none. Its caption bank (every ``caption_stride``-th caption of the pool) is
+        embedded on first use and cached on disk, like the caption pool."""
+        if self._hub is None:
+            spec = None
+            if self.path is not None and self.similarity_name == "cosine":
+                try:
+                    spec = read_hubness(self.path)
+                except ValueError as e:
+                    raise ModelError(str(e)) from e
+            if spec is None:
+                self._hub = False
+            else:
+                cfg, bank = spec
+                if bank.shape[1] != self.embed_dim:
+                    raise ModelError(f"{self.path}: hubness image bank has {bank.shape[1]} "
+                                     f"columns, the model embeds in {self.embed_dim}")  # fmt: skip
+                from .captions import CaptionPool
+
+                texts = caption_bank_texts(self.captions, cfg.caption_stride)
+                self._hub = Hubness(cfg, bank, CaptionPool(self, texts, cache=True).embeddings)
+        return self._hub or None
+
+    def set_hubness(self, hubness: Hubness | None) -> None:
+        """Use ``hubness`` (or none) instead of what the bundle ships."""
+        self._hub = hubness if hubness is not None else False
+        self._pool = None
+
+    def image_penalty(self, image_emb) -> np.ndarray:
+        """``[N]``: what CSLS subtracts from each image's scores against every text
+        (zeros without hubness reduction); ``vse index`` stores it with each photo."""
+        a = np.atleast_2d(np.asarray(image_emb, np.float32))
+        hub = self.hubness
+        return np.zeros(len(a), np.float32) if hub is None else hub.image_penalty(a)
+
+    def text_penalty(self, text_emb) -> np.ndarray:
+        """``[M]``: what CSLS subtracts from each text's scores against every image."""
+        b = np.atleast_2d(np.asarray(text_emb, np.float32))
+        hub = self.hubness
+        return np.zeros(len(b), np.float32) if hub is None else hub.text_penalty(b)
+
+    def retrieval_scores(self, image_emb, text_emb) -> np.ndarray:
+        """``[N, M]`` scores to rank by: :meth:`similarity` less both CSLS penalties when
+        the bundle ships hubness reduction (what search and annotation rank by), else
+        :meth:`similarity` itself."""
+        s = self.similarity(image_emb, text_emb)
+        if self.hubness is None:
+            return s
+        return s - self.image_penalty(image_emb)[:, None] - self.text_penalty(text_emb)[None, :]
 
     # -- annotation and tags -------------------------------------------------------
     @property

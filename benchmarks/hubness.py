@@ -79,8 +79,7 @@ def bank_embeddings(ds, carved) -> dict[str, np.ndarray]:
     picks = {b: np.sort(rng.choice(len(sp.images), IMAGE_BANK, replace=False))
              for b, sp in banks.items()}  # fmt: skip
     stores = {c: FeatureStore(p) for c, p in STORES.items()}
-    names = sorted({n for g in ENSEMBLES.values() for n in g} | {refit_twin(n) for g in
-                   ENSEMBLES.values() for n in g})  # fmt: skip
+    names = sorted({m for g in ENSEMBLES.values() for n in g for m in (n, refit_twin(n) or n)})
     for name in names:
         todo = [b for b in banks_of(name) if f"{name}|{b}|txt" not in emb]
         if not todo:

@@ -155,3 +155,33 @@ def test_index_search_ranks_by_csls_and_caches_penalties(tmp_path):
     assert calls == [3] and len(pen2) == 9
     np.testing.assert_allclose(pen2, m.image_penalty(np.asarray(coll.emb)), atol=1e-6)
     assert np.allclose(text_query_bias(coll, m), -pen2)
+    # with every penalty stored, a search never embeds the caption bank
+    from vsekit.index.query import search_text_embedding
+
+    fresh = vsekit.load_model(str(bundle), backend="torch")
+    assert len(search_text_embedding(Collection(tmp_path / "idx"), fresh, q, k=2)) == 2
+    assert callable(fresh.hubness._captions)
+
+
+def test_cli_index_stores_penalties_and_info_shows_settings(tmp_path, capsys):
+    import json
+
+    from vsekit.cli import main
+
+    captions = ["a dog runs", "a red car", "people in snow", "a cat"]
+    bundle = make_tiny_model(captions).save(tmp_path / "m")
+    photos = tmp_path / "photos"
+    for i in range(4):
+        write_image(photos / f"{i}.jpg", seed=i)
+    rng_bank = unit_rows(3, 6, 9)
+    write_hubness(bundle, HubnessConfig(beta=0.5, k_text=2, k_image=2, caption_stride=1),
+                  rng_bank, {"source": "test"})  # fmt: skip
+    idx = tmp_path / "idx"
+    assert main(["index", str(photos), "--model", str(bundle), "--index", str(idx),
+                 "--quiet"]) == 0  # fmt: skip
+    assert len(list(idx.glob("pen-*.f32"))) == 1
+    assert main(["search", "a red car", "--index", str(idx), "--k", "2", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["model", "info", str(bundle)]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["hubness"]["k_text"] == 2 and info["hubness"]["source"] == "test"

@@ -26,6 +26,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from collections.abc import Callable
+
 import numpy as np
 
 #: bundle files: the settings, and the image bank (image embeddings stored as int8 with
@@ -78,21 +80,33 @@ class Hubness:
     ``text_penalty(txt_emb)`` (both ``beta * r``, to subtract from cosines).
 
     ``image_bank``: ``[m, D]`` embeddings of training images (shipped in the bundle);
-    ``caption_bank``: ``[c, D]`` embeddings of training captions (computed from the
-    model's caption pool, see :meth:`BaseModel.hubness`).
+    ``caption_bank``: ``[c, D]`` embeddings of training captions, or a function that
+    computes them when first needed (from the model's caption pool, see
+    :attr:`BaseModel.hubness`: a search whose photos' penalties are all stored never
+    needs them); ``caption_key``: a string that identifies that caption bank.
     """
 
     def __init__(
-        self, config: HubnessConfig, image_bank: np.ndarray, caption_bank: np.ndarray
+        self,
+        config: HubnessConfig,
+        image_bank: np.ndarray,
+        caption_bank: np.ndarray | Callable[[], np.ndarray],
+        caption_key: str = "",
     ) -> None:
         self.config = config
         self.image_bank = np.asarray(image_bank, np.float32)
-        self.caption_bank = caption_bank  # may be a memmap: read when first needed
+        self._captions = caption_bank
         h = hashlib.sha256(json.dumps(asdict(config), sort_keys=True).encode())
         h.update(np.ascontiguousarray(image_bank, np.float16).tobytes())
-        h.update(str(caption_bank.shape).encode())
+        h.update(caption_key.encode())
         #: changes with the settings and banks: names cached penalties (an index's)
         self.key = h.hexdigest()[:12]
+
+    @property
+    def caption_bank(self) -> np.ndarray:
+        if callable(self._captions):
+            self._captions = self._captions()
+        return self._captions
 
     def image_penalty(self, img_emb: np.ndarray) -> np.ndarray:
         """``[n]``: ``beta * r_img`` of each image embedding (unit rows)."""

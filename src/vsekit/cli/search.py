@@ -253,11 +253,15 @@ def _model_onnx(args: argparse.Namespace) -> int:
 
 
 def _model_info(args: argparse.Namespace) -> int:
+    from ..hubness import HUBNESS_INFO
+
     m = _load_model(args.model)
     info = {k: v for k, v in m.info.items() if k != "config"}
     info["fingerprint"] = m.fingerprint
     info["captions"] = len(m.captions)
     info["path"] = str(m.path)
+    hub = m.path / HUBNESS_INFO if m.path else None
+    info["hubness"] = json.loads(hub.read_text()) if hub and hub.is_file() else None
     print(json.dumps(info, indent=2))
     return 0
 

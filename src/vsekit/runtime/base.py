@@ -321,7 +321,8 @@ class BaseModel:
                 from .captions import CaptionPool
 
                 texts = caption_bank_texts(self.captions, cfg.caption_stride)
-                self._hub = Hubness(cfg, bank, CaptionPool(self, texts, cache=True).embeddings)
+                pool = CaptionPool(self, texts, cache=True)
+                self._hub = Hubness(cfg, bank, lambda: pool.embeddings, pool.key)
         return self._hub or None
 
     def set_hubness(self, hubness: Hubness | None) -> None:

@@ -35,10 +35,15 @@ class CaptionPool:
         self._emb = None
         self._penalty = None
         self._cache = (captions is None) if cache is None else cache
-        self._key = str(len(self.captions))
+        self._key = str(len(self.captions))  # names the cache file; see also :attr:`key`
         if captions is not None:
             digest = hashlib.sha256("\n".join(self.captions).encode()).hexdigest()[:12]
             self._key += f"-{digest}"
+
+    @property
+    def key(self) -> str:
+        """Identifies these captions (their number, and their sha256 unless the pool)."""
+        return self._key
 
     @property
     def embeddings(self) -> np.ndarray:

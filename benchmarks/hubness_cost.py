@@ -61,10 +61,16 @@ def main() -> None:
     res = {
         "command": "python benchmarks/hubness_cost.py " + " ".join(sys.argv[1:]),
         "cpu_shared": False,
-        "caption_bank": {"captions": len(texts), "seconds": round(t_bank, 2),
-                         "captions_per_second": round(len(texts) / t_bank, 1)},  # fmt: skip
-        "penalties": {"photos": len(emb), "seconds": round(t_pen, 3),
-                      "photos_per_second": round(len(emb) / t_pen, 1)},  # fmt: skip
+        "caption_bank": {
+            "captions": len(texts),
+            "seconds": round(t_bank, 2),
+            "captions_per_second": round(len(texts) / t_bank, 1),
+        },  # fmt: skip
+        "penalties": {
+            "photos": len(emb),
+            "seconds": round(t_pen, 3),
+            "photos_per_second": round(len(emb) / t_pen, 1),
+        },  # fmt: skip
         "search_exact_median_ms": ms,
         "hubness": {**vars(hub.config), "image_bank": len(hub.image_bank)},
     }

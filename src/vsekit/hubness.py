@@ -23,10 +23,9 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-
-from collections.abc import Callable
 
 import numpy as np
 

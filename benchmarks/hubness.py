@@ -16,13 +16,14 @@ Protocol (issue: retrieval quality):
    ranking images), the caption penalty only, and both (``model.retrieval_scores``).
    The default-sized recipe is scored over its 3 seed combinations (mean ± sample std).
 
-Run: python benchmarks/hubness.py   (after large_ensembles.py; bank embeddings are cached
-in ~/.cache/vsekit/bench/hubness.npz)
-Writes benchmarks/hubness.json and .md.
+Run: python benchmarks/hubness.py [--fine]  (after large_ensembles.py; bank embeddings are
+cached in ~/.cache/vsekit/bench/hubness.npz)
+Writes benchmarks/hubness.json and .md (``--fine``: hubness_fine.json).
 """
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
 import sys
@@ -39,11 +40,12 @@ from ten_crop import F8K, STORES  # noqa: E402
 
 from vsekit.data import load_dataset  # noqa: E402
 from vsekit.features import FeatureStore  # noqa: E402
-from vsekit.hubness import caption_bank_texts, mean_topk  # noqa: E402
+from vsekit.hubness import caption_bank_texts, mean_topk, mean_topks  # noqa: E402
 from vsekit.train.export import model_from_run  # noqa: E402
 from vsekit.train.features import image_features  # noqa: E402
 
 CACHE = Path("~/.cache/vsekit/bench/hubness.npz").expanduser()
+FULL_CACHE = Path("~/.cache/vsekit/bench/hubness-full").expanduser()
 STRIDE, IMAGE_BANK = 6, 1000
 GRID = {"beta": (0.25, 0.5, 0.75), "k_text": (5, 10, 30), "k_image": (2, 5, 10)}
 ENSEMBLES = {
@@ -70,45 +72,69 @@ def banks_of(name: str) -> tuple[str, ...]:
     return ("all",) if name.split("-s")[0].endswith("r") else ("minus", "all")
 
 
-def bank_embeddings(ds, carved) -> dict[str, np.ndarray]:
+def bank_embeddings(ds, carved, ensembles: dict, full: bool = False) -> dict[str, np.ndarray]:
     """``"{member}|{bank}|txt"`` and ``"{member}|{bank}|{crops}|img"``; bank ``minus``
-    (train without the slice) for slice-trained members, ``all`` for refitted ones."""
-    emb = dict(np.load(CACHE)) if CACHE.is_file() else {}
+    (train without the slice) for slice-trained members, ``all`` for refitted ones.
+    ``full``: every caption and every image of the bank split (cached per member in
+    ``FULL_CACHE``, float16)."""
+    emb = dict(np.load(CACHE)) if CACHE.is_file() and not full else {}
     banks = {"minus": carved.split("train"), "all": ds.split("train")}
     rng = np.random.default_rng(0)
     picks = {b: np.sort(rng.choice(len(sp.images), IMAGE_BANK, replace=False))
              for b, sp in banks.items()}  # fmt: skip
+    if full:
+        picks = {b: np.arange(len(sp.images)) for b, sp in banks.items()}
     stores = {c: FeatureStore(p) for c, p in STORES.items()}
-    names = sorted({m for g in ENSEMBLES.values() for n in g for m in (n, refit_twin(n) or n)})
+    names = sorted({m for g in ensembles.values() for n in g for m in (n, refit_twin(n) or n)})
     for name in names:
+        part = FULL_CACHE / f"{name}.npz"
+        if full and part.is_file():
+            emb.update({k: v.astype(np.float32) for k, v in np.load(part).items()})
         todo = [b for b in banks_of(name) if f"{name}|{b}|txt" not in emb]
         if not todo:
             continue
         model = model_from_run(RUNS / name)
+        mine = {}
         for bank in todo:
             sp = banks[bank]
-            emb[f"{name}|{bank}|txt"] = model.encode_text(caption_bank_texts(sp.texts, STRIDE))
+            texts = caption_bank_texts(sp.texts, 1 if full else STRIDE)
+            mine[f"{name}|{bank}|txt"] = model.encode_text(texts)
             ids = [sp.images[i].id for i in picks[bank]]
             for c, store in stores.items():
                 feats = image_features(store, model.info["image"]["features"], ids)
-                emb[f"{name}|{bank}|{c}|img"] = model.encode_image_features(feats)
+                mine[f"{name}|{bank}|{c}|img"] = model.encode_image_features(feats)
+        emb.update(mine)
         print("bank embedded", name, todo, flush=True)
-        CACHE.parent.mkdir(parents=True, exist_ok=True)
-        np.savez(CACHE.with_suffix(".tmp.npz"), **emb)
-        CACHE.with_suffix(".tmp.npz").replace(CACHE)
+        target = part if full else CACHE
+        target.parent.mkdir(parents=True, exist_ok=True)
+        kept = {**{k: v.astype(np.float16) for k, v in mine.items()},
+                **(dict(np.load(part)) if part.is_file() else {})} if full else emb  # fmt: skip
+        np.savez(target.with_suffix(".tmp.npz"), **kept)
+        target.with_suffix(".tmp.npz").replace(target)
     return emb
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fine", action="store_true",
+                    help="beta also 0.4 and 0.6 (tried after the declared grid; writes "
+                    "hubness_fine.json, no table)")  # fmt: skip
+    ap.add_argument("--full-banks", action="store_true",
+                    help="the large ensembles with every train caption and image as banks "
+                    "(the best configuration at any cost; writes hubness_full.json)")  # fmt: skip
+    args = ap.parse_args()
+    if args.fine:
+        GRID["beta"] = (0.25, 0.4, 0.5, 0.6, 0.75)
+    ensembles = {k: ENSEMBLES[k] for k in LARGE} if args.full_banks else ENSEMBLES
     ds = load_dataset(F8K)
     carved = ds.carve("train", 500, "train-val", 0)
     splits = {"selection": carved.split("train-val"), "dev": ds.split("dev")}
     c2i = {s: [c.image for c in sp.captions] for s, sp in splits.items()}
     members = dict(np.load(MEMBER_CACHE))  # slice and dev embeddings (large_ensembles.py)
-    banks = bank_embeddings(ds, carved)
+    banks = bank_embeddings(ds, carved, ensembles, args.full_banks)
     shares = json.loads((Path(__file__).parent / "large_ensembles.json").read_text())
     rows, spread = {}, {}
-    for label, group in ENSEMBLES.items():
+    for label, group in ensembles.items():
         for c in STORES:
             known = shares["ensembles"].get(f"{label}, {c}-crop index")
             # the GRU share large_ensembles.py chose on the slice, else chosen here alike
@@ -139,9 +165,10 @@ def main() -> None:
             sel = joint(group, "selection", "minus")
             s0 = sel[0] @ sel[1].T
             best = None
+            r_img = mean_topks(sel[0], sel[3], GRID["k_text"])
+            r_txt = mean_topks(sel[1], sel[2], GRID["k_image"])
             for beta, kt, ki in itertools.product(*GRID.values()):
-                pi = beta * mean_topk(sel[0], sel[3], kt)
-                pt = beta * mean_topk(sel[1], sel[2], ki)
+                pi, pt = beta * r_img[kt], beta * r_txt[ki]
                 r = metrics_sims(s0 - pi[:, None] - pt[None, :], c2i["selection"])["rsum"]
                 if best is None or r > best[0]:
                     best = (r, beta, kt, ki)
@@ -163,7 +190,7 @@ def main() -> None:
         for c in STORES
     }
     print("chosen on the slice:", chosen, flush=True)
-    for c in STORES:
+    for c in STORES if not args.full_banks else ():
         for how in ("none", "image penalty (search)", "both"):
             xs = {key: np.array([rows[f"GRU10 + 3 MiniLM10, seed {s}, refitted, {c}-crop index"]
                                  ["dev"][how][key] for s in SEEDS])
@@ -172,12 +199,17 @@ def main() -> None:
                 k: {"mean": round(float(x.mean()), 2), "std": round(float(x.std(ddof=1)), 2),
                     "each": x.tolist()} for k, x in xs.items()}  # fmt: skip
     print(json.dumps(spread, indent=1), flush=True)
-    out = Path(__file__).with_suffix(".json")
-    record(out, {"command": "python benchmarks/hubness.py", "grid": GRID,
-                 "caption_stride": STRIDE, "image_bank": IMAGE_BANK, "ensembles": rows,
+    name = "hubness_fine" if args.fine else "hubness_full" if args.full_banks else "hubness"
+    out = Path(__file__).with_name(f"{name}.json")
+    cmd = "python benchmarks/hubness.py " + " ".join(sys.argv[1:])
+    record(out, {"command": cmd.strip(), "grid": GRID,
+                 "caption_stride": 1 if args.full_banks else STRIDE,
+                 "image_bank": "every image of the bank split" if args.full_banks else IMAGE_BANK,
+                 "ensembles": rows,
                  "chosen_on_selection": chosen,
                  "default_recipe_over_seeds": spread})  # fmt: skip
-    write_table(json.loads(out.read_text()))
+    if name == "hubness":
+        write_table(json.loads(out.read_text()))
 
 
 def write_table(res: dict) -> None:

@@ -13,6 +13,7 @@ from vsekit.hubness import (
     HubnessConfig,
     caption_bank_texts,
     mean_topk,
+    mean_topks,
     quantize_rows,
     read_hubness,
     write_hubness,
@@ -42,6 +43,15 @@ def test_mean_topk_matches_naive(k):
         mean_topk(x, bank, 0)
     with pytest.raises(ValueError, match="do not match"):
         mean_topk(x, bank[:, :4], 2)
+
+
+def test_mean_topks_matches_mean_topk_for_each_k():
+    x, bank = unit_rows(29, 8, 10), unit_rows(17, 8, 11)
+    got = mean_topks(x, bank, (1, 4, 30), chunk=6)
+    for k in (1, 4, 30):
+        np.testing.assert_allclose(got[k], naive_mean_topk(x, bank, k), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="at least 1"):
+        mean_topks(x, bank, (0, 2))
 
 
 def test_csls_scores_match_the_formula():

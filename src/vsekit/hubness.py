@@ -55,6 +55,27 @@ def mean_topk(x: np.ndarray, bank: np.ndarray, k: int, chunk: int = CHUNK) -> np
     return out
 
 
+def mean_topks(
+    x: np.ndarray, bank: np.ndarray, ks: tuple[int, ...], chunk: int = CHUNK
+) -> dict[int, np.ndarray]:
+    """:func:`mean_topk` for several ``k`` from one pass over the products:
+    ``{k: [n]}`` (a settings search over a large bank)."""
+    x = np.asarray(x, np.float32)
+    bank = np.asarray(bank, np.float32)
+    if not ks or min(ks) < 1:
+        raise ValueError(f"ks: every k must be at least 1, got {ks}")
+    top = min(max(ks), len(bank))
+    out = {k: np.empty(len(x), np.float32) for k in ks}
+    for a in range(0, len(x), chunk):
+        s = x[a : a + chunk] @ bank.T
+        best = -np.sort(-np.partition(s, len(bank) - top, axis=1)[:, len(bank) - top :], axis=1)
+        cum = np.cumsum(best, axis=1)
+        for k in ks:
+            kk = min(k, len(bank))
+            out[k][a : a + chunk] = cum[:, kk - 1] / kk
+    return out
+
+
 @dataclass(frozen=True)
 class HubnessConfig:
     """``beta``: the penalty weight; ``k_text`` / ``k_image``: neighbours averaged in the

@@ -195,3 +195,36 @@ def test_cli_index_stores_penalties_and_info_shows_settings(tmp_path, capsys):
     assert main(["model", "info", str(bundle)]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["hubness"]["k_text"] == 2 and info["hubness"]["source"] == "test"
+
+
+def test_collection_faiss_search_with_bias_matches_exact(tmp_path):
+    from vsekit.index import Collection
+
+    coll = Collection(tmp_path / "idx", {"name": "t", "fingerprint": "f", "dim": 8})
+    emb = unit_rows(60, 8, 12)
+    photos = tmp_path / "p"
+    for i in range(60):
+        write_image(photos / f"{i:02d}.jpg", seed=i, size=8)
+    rows = iter(emb)
+    coll.update(photos, lambda ims: np.stack([next(rows) for _ in ims]), progress=False)
+    bias = -np.random.default_rng(13).uniform(0, 0.4, coll.n_rows).astype(np.float32)
+    q = unit_rows(2, 8, 14)
+    exact = coll.search(q, 7, "exact", bias=bias)
+    approx = coll.search(q, 7, "faiss", bias=bias)
+    plain = coll.search(q, 7, "exact")
+    for e, a, p in zip(exact, approx, plain, strict=True):
+        assert [h.path for h in a] == [h.path for h in e]
+        np.testing.assert_allclose([h.score for h in a], [h.score for h in e], rtol=1e-5)
+        assert [h.path for h in p] != [h.path for h in e]  # the bias did change the ranking
+
+
+def test_set_hubness_replaces_or_removes_it(tmp_path):
+    m = make_tiny_model(["a dog runs", "a red car", "people in snow"])
+    img, txt = unit_rows(4, 6, 15), m.encode_text(["a dog runs", "a red car"])
+    assert m.hubness is None
+    np.testing.assert_allclose(m.retrieval_scores(img, txt), img @ txt.T, atol=1e-6)
+    hub = Hubness(HubnessConfig(k_text=1, k_image=1), unit_rows(3, 6, 16), unit_rows(5, 6, 17))
+    m.set_hubness(hub)
+    np.testing.assert_allclose(m.retrieval_scores(img, txt), hub.scores(img, txt), atol=1e-6)
+    m.set_hubness(None)
+    assert m.hubness is None

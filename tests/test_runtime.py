@@ -178,7 +178,10 @@ def test_readme_python_example_runs_as_written(flickr8k_root):
     )
     lines = out.stdout.splitlines()
     assert lines[:2] == shown[:2]
-    assert len(lines) == 4 and "snow" in lines[2]
+    # then the 2 x 3 corrected scores (two lines), the best pool caption, the tags
+    assert len(lines) == len(shown) == 6 and "snow" in lines[4]
+    ranked = np.array([[float(v) for v in ln.strip(" []").split()] for ln in lines[2:4]])
+    assert (ranked.argmax(1) == [0, 1]).all()  # each image still picks its own sentence
 
 
 def test_index_fingerprint_covers_the_backbone_weights():

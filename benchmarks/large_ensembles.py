@@ -86,11 +86,12 @@ def refit_twin(name: str) -> str | None:
     return f"{kind}r-s{seed}" if kind in ("gru10", "minilm10") else None
 
 
-def member_embeddings(splits: dict) -> dict[str, np.ndarray]:
-    """``"{member}|{split}|{crops}|img"`` and ``"{member}|{split}|txt"`` arrays."""
+def member_embeddings(splits: dict, local: list[str] | None = None) -> dict[str, np.ndarray]:
+    """``"{member}|{split}|{crops}|img"`` and ``"{member}|{split}|txt"`` arrays of the
+    ``local`` members (default :data:`LOCAL`) and the GPU ones."""
     emb = dict(np.load(CACHE)) if CACHE.is_file() else {}
     stores = {c: FeatureStore(p) for c, p in STORES.items()}
-    for name in LOCAL:
+    for name in LOCAL if local is None else local:
         run = RUNS / name
         done = run / "done.json"
         stamp = emb.get(f"{name}|mtime", [0])[0]  # the run's done.json when embedded

@@ -34,6 +34,18 @@ def machine() -> dict:
     }
 
 
+def spread_rows(spread: dict) -> list[str]:
+    """Markdown rows ``| name | N-crop | rsum | i2t R@1 | t2i R@1 |`` (mean ± std) from
+    ``{"name, N-crop index": {"rsum": {"mean", "std"}, ...}}``."""
+    rows = []
+    for label, sp in spread.items():
+        name, index = label.rsplit(", ", 1)
+        cells = " | ".join(f"{sp[k]['mean']:.1f} ± {sp[k]['std']:.1f}"
+                           for k in ("rsum", "i2t_r1", "t2i_r1"))  # fmt: skip
+        rows.append(f"| {name} | {index.split()[0]} | {cells} |")
+    return rows
+
+
 def record(path: Path, results: dict) -> dict:
     """Write ``results`` with the machine and the date to ``path`` (JSON)."""
     out = {"date": dt.date.today().isoformat(), "machine": machine(), **results}

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import record  # noqa: E402
+from _common import record, spread_rows  # noqa: E402
 from ensembles import RUNS, combine, kind_of, metrics_sims  # noqa: E402
 from large_ensembles import LOCAL, SEEDS, member_embeddings, refit_twin, score, three  # noqa: E402
 from ten_crop import F8K, STORES  # noqa: E402
@@ -236,11 +236,7 @@ def write_table(res: dict) -> None:
                      + f" | {d['both']['i2t_r1']:.1f} / {d['both']['t2i_r1']:.1f} |")  # fmt: skip
     lines += ["", "| GRU10 + 3 MiniLM10 refitted, 3 seed combinations | index | dev rsum | "
               "i2t R@1 | t2i R@1 |", "|---|---|---|---|---|"]  # fmt: skip
-    for label, sp in res["default_recipe_over_seeds"].items():
-        how, index = label.rsplit(", ", 1)
-        cells = " | ".join(f"{sp[k]['mean']:.1f} ± {sp[k]['std']:.1f}"
-                           for k in ("rsum", "i2t_r1", "t2i_r1"))  # fmt: skip
-        lines.append(f"| {how} | {index.split()[0]} | {cells} |")
+    lines += spread_rows(res["default_recipe_over_seeds"])
     head = (f"Flickr8k dev (1,000 images, 5,000 captions), {res['date']}, "
             f"`{res['command']}`; CSLS settings chosen on the 500-image slice with the "
             "members trained without it, then applied to their refitted twins (members "

@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import record  # noqa: E402
+from _common import record, spread_rows  # noqa: E402
 from ensembles import FT_RUNS, GRID, RUNS, combine, kind_of, metrics  # noqa: E402
 from ten_crop import F8K, STORES  # noqa: E402
 
@@ -196,11 +196,7 @@ def write_table(res: dict) -> None:
                     f"{mark}{d['rsum']:.1f}{mark} |")  # fmt: skip
     rows += ["", "| default-sized, 3 seed combinations (mean ± sample std) | index | dev rsum "
              "| i2t R@1 | t2i R@1 |", "|---|---|---|---|---|"]  # fmt: skip
-    for label, sp in res["over_seeds"].items():
-        name, index = label.rsplit(", ", 1)
-        cells = " | ".join(f"{sp[k]['mean']:.1f} ± {sp[k]['std']:.1f}"
-                           for k in ("rsum", "i2t_r1", "t2i_r1"))  # fmt: skip
-        rows.append(f"| {name} | {index.split()[0]} | {cells} |")
+    rows += spread_rows(res["over_seeds"])
     head = (
         f"Flickr8k dev (1,000 images, 5,000 captions), {res['date']}, `{res['command']}`; "
         "bold: the composition chosen on the selection slice for each index; a refitted "

@@ -116,6 +116,12 @@ def test_bundle_files_and_model_ranking(tmp_path):
     # annotation ranks the pool by the corrected score
     best = m.annotate(str(photos[6]), k=3)
     assert [c for c, _ in best] == [captions[j] for j in np.argsort(-want[6])[:3]]
+    # the pool's penalties are cached on disk, and a new process ranks the same from them
+    from vsekit.fsio import cache_dir
+
+    assert list((cache_dir() / "captions").glob(f"{m.fingerprint}-*-pen-{hub.key}.npy"))
+    again = vsekit.load_model(str(bundle), backend="torch").annotate(str(photos[6]), k=3)
+    assert [c for c, _ in again] == [c for c, _ in best]
     # a bank that is not the one recorded, or malformed settings: a one-line error
     bank_file = bundle / "hubness.npz"
     bank_file.write_bytes(bank_file.read_bytes()[:-1] + b"x")

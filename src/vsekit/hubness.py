@@ -40,19 +40,9 @@ CHUNK = 1024  # query rows per matrix product: 1024 x 30k floats = 120 MB
 def mean_topk(x: np.ndarray, bank: np.ndarray, k: int, chunk: int = CHUNK) -> np.ndarray:
     """``[n]``: for each row of ``x`` ``[n, D]``, the mean of its ``k`` largest dot
     products with the rows of ``bank`` ``[m, D]`` (``k`` is capped at ``m``)."""
-    x = np.asarray(x, np.float32)
-    bank = np.asarray(bank, np.float32)
     if k < 1:
         raise ValueError(f"k: must be at least 1, got {k}")
-    if x.ndim != 2 or bank.ndim != 2 or x.shape[1] != bank.shape[1]:
-        raise ValueError(f"mean_topk: shapes {x.shape} and {bank.shape} do not match")
-    k = min(k, len(bank))
-    out = np.empty(len(x), np.float32)
-    for a in range(0, len(x), chunk):
-        s = x[a : a + chunk] @ bank.T
-        top = np.partition(s, len(bank) - k, axis=1)[:, len(bank) - k :]
-        out[a : a + chunk] = top.mean(1)
-    return out
+    return mean_topks(x, bank, (k,), chunk)[k]
 
 
 def mean_topks(
@@ -64,6 +54,8 @@ def mean_topks(
     bank = np.asarray(bank, np.float32)
     if not ks or min(ks) < 1:
         raise ValueError(f"ks: every k must be at least 1, got {ks}")
+    if x.ndim != 2 or bank.ndim != 2 or x.shape[1] != bank.shape[1]:
+        raise ValueError(f"mean_topk: shapes {x.shape} and {bank.shape} do not match")
     top = min(max(ks), len(bank))
     out = {k: np.empty(len(x), np.float32) for k in ks}
     for a in range(0, len(x), chunk):
@@ -103,7 +95,8 @@ class Hubness:
     ``caption_bank``: ``[c, D]`` embeddings of training captions, or a function that
     computes them when first needed (from the model's caption pool, see
     :attr:`BaseModel.hubness`: a search whose photos' penalties are all stored never
-    needs them); ``caption_key``: a string that identifies that caption bank.
+    needs them); ``caption_key`` / ``image_bank_key``: strings that identify the banks
+    (the image bank's is its content hash unless given, e.g. the bundle's sha256).
     """
 
     def __init__(
@@ -112,12 +105,16 @@ class Hubness:
         image_bank: np.ndarray,
         caption_bank: np.ndarray | Callable[[], np.ndarray],
         caption_key: str = "",
+        image_bank_key: str | None = None,
     ) -> None:
         self.config = config
         self.image_bank = np.asarray(image_bank, np.float32)
         self._captions = caption_bank
         h = hashlib.sha256(json.dumps(asdict(config), sort_keys=True).encode())
-        h.update(np.ascontiguousarray(image_bank, np.float16).tobytes())
+        if image_bank_key is None:
+            h.update(np.ascontiguousarray(image_bank, np.float16).tobytes())
+        else:
+            h.update(image_bank_key.encode())
         h.update(caption_key.encode())
         #: changes with the settings and banks: names cached penalties (an index's)
         self.key = h.hexdigest()[:12]
@@ -172,9 +169,9 @@ def write_hubness(bundle: Path, config: HubnessConfig, image_bank: np.ndarray, i
     atomic_write(bundle / HUBNESS_INFO, json.dumps(meta, indent=2) + "\n")
 
 
-def read_hubness(bundle: Path) -> tuple[HubnessConfig, np.ndarray] | None:
-    """The bundle's hubness settings and image bank, or None if it has none;
-    ValueError naming the file if they are malformed."""
+def read_hubness(bundle: Path) -> tuple[HubnessConfig, np.ndarray, str] | None:
+    """The bundle's hubness settings, image bank and that bank's sha256 (verified), or
+    None if it has none; ValueError naming the file if they are malformed."""
     path = bundle / HUBNESS_INFO
     if not path.is_file():
         return None
@@ -192,4 +189,4 @@ def read_hubness(bundle: Path) -> tuple[HubnessConfig, np.ndarray] | None:
     if bank.ndim != 2 or len(bank) != meta.get("image_bank"):
         raise ValueError(f"{bundle / HUBNESS_BANK}: expected {meta.get('image_bank')} rows, "
                          f"got shape {bank.shape}")  # fmt: skip
-    return cfg, bank
+    return cfg, bank, meta["sha256"]

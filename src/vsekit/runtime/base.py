@@ -314,7 +314,7 @@ class BaseModel:
             if spec is None:
                 self._hub = False
             else:
-                cfg, bank = spec
+                cfg, bank, bank_sha = spec
                 if bank.shape[1] != self.embed_dim:
                     raise ModelError(f"{self.path}: hubness image bank has {bank.shape[1]} "
                                      f"columns, the model embeds in {self.embed_dim}")  # fmt: skip
@@ -322,7 +322,7 @@ class BaseModel:
 
                 texts = caption_bank_texts(self.captions, cfg.caption_stride)
                 pool = CaptionPool(self, texts, cache=True)
-                self._hub = Hubness(cfg, bank, lambda: pool.embeddings, pool.key)
+                self._hub = Hubness(cfg, bank, lambda: pool.embeddings, pool.key, bank_sha)
         return self._hub or None
 
     def set_hubness(self, hubness: Hubness | None) -> None:

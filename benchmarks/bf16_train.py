@@ -30,13 +30,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import record, train_run  # noqa: E402
 from ensembles import RUNS, metrics  # noqa: E402
 
-from vsekit.data import load_dataset  # noqa: E402
-from vsekit.features import FeatureStore  # noqa: E402
-from vsekit.train import load_config  # noqa: E402
-from vsekit.train.config import apply_overrides  # noqa: E402
-from vsekit.train.export import model_from_run  # noqa: E402
-from vsekit.train.features import image_features  # noqa: E402
-from vsekit.train.trainer import Trainer, load_train_data, make_optimizer  # noqa: E402
+from vsekit.lab.data import load_dataset  # noqa: E402
+from vsekit.lab.features import FeatureStore  # noqa: E402
+from vsekit.lab.train import load_config  # noqa: E402
+from vsekit.lab.train.config import apply_overrides  # noqa: E402
+from vsekit.lab.train.export import model_from_run  # noqa: E402
+from vsekit.lab.train.features import image_features  # noqa: E402
+from vsekit.lab.train.trainer import Trainer, load_train_data, make_optimizer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 F8K = ROOT.parent / "shared" / "data" / "flickr8k"

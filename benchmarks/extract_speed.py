@@ -25,16 +25,16 @@ import torchvision
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import record  # noqa: E402
 
-from vsekit.data import load_dataset  # noqa: E402
-from vsekit.features import create_backbone  # noqa: E402
-from vsekit.features.crops import crop_views, resize_size  # noqa: E402
-from vsekit.features.extract import (  # noqa: E402
+from vsekit.lab.data import load_dataset  # noqa: E402
+from vsekit.lab.features import create_backbone  # noqa: E402
+from vsekit.lab.features.crops import crop_views, resize_size  # noqa: E402
+from vsekit.lab.features.extract import (  # noqa: E402
     FORWARD_CHUNK,
     ExtractItem,
     extract_to_store,
     prepare_model,
 )
-from vsekit.images import load_image  # noqa: E402
+from vsekit.media.images import load_image  # noqa: E402
 
 FLICKR8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k"
 

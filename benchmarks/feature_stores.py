@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import record  # noqa: E402
 
-from vsekit.features.store import FeatureStore, StoreError  # noqa: E402
+from vsekit.lab.features.store import FeatureStore, StoreError  # noqa: E402
 
 CACHE = Path.home() / ".cache" / "vsekit" / "stores"
 

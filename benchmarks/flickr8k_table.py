@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import record  # noqa: E402
 
-from vsekit.train import load_config, train  # noqa: E402
+from vsekit.lab.train import load_config, train  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PIPELINES = ("sh", "mh", "soe", "moe", "ph", "poe")

@@ -25,9 +25,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import record  # noqa: E402
 
-from vsekit.data import load_dataset  # noqa: E402
 from vsekit.index.query import open_collection as open_index  # noqa: E402
 from vsekit.index.query import search_text  # noqa: E402
+from vsekit.lab.data import load_dataset  # noqa: E402
 
 FLICKR8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k"
 

@@ -1,4 +1,4 @@
-"""Hubness reduction (CSLS, :mod:`vsekit.hubness`) on the ensembles of
+"""Hubness reduction (CSLS, :mod:`vsekit.runtime.hubness`) on the ensembles of
 ``benchmarks/large_ensembles.py``: its settings chosen on the slice, then dev.
 
 Protocol (issue: retrieval quality):
@@ -38,11 +38,11 @@ from ensembles import RUNS, combine, kind_of, metrics_sims  # noqa: E402
 from large_ensembles import LOCAL, SEEDS, member_embeddings, refit_twin, score, three  # noqa: E402
 from ten_crop import F8K, STORES  # noqa: E402
 
-from vsekit.data import load_dataset  # noqa: E402
-from vsekit.features import FeatureStore  # noqa: E402
-from vsekit.hubness import caption_bank_texts, mean_topk, mean_topks  # noqa: E402
-from vsekit.train.export import model_from_run  # noqa: E402
-from vsekit.train.features import image_features  # noqa: E402
+from vsekit.lab.data import load_dataset  # noqa: E402
+from vsekit.lab.features import FeatureStore  # noqa: E402
+from vsekit.lab.train.export import model_from_run  # noqa: E402
+from vsekit.lab.train.features import image_features  # noqa: E402
+from vsekit.runtime.hubness import caption_bank_texts, mean_topk, mean_topks  # noqa: E402
 
 CACHE = Path("~/.cache/vsekit/bench/hubness.npz").expanduser()
 FULL_CACHE = Path("~/.cache/vsekit/bench/hubness-full").expanduser()

@@ -22,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import record  # noqa: E402
 
 import vsekit  # noqa: E402
-from vsekit.hubness import caption_bank_texts  # noqa: E402
 from vsekit.index import Collection  # noqa: E402
 from vsekit.index.query import text_query_bias  # noqa: E402
+from vsekit.runtime.hubness import caption_bank_texts  # noqa: E402
 
 QUERIES = ["a dog runs through the snow", "two children on a beach", "a man rides a bike",
            "a girl in a pink dress", "people climbing a rock", "a surfer on a wave"]  # fmt: skip

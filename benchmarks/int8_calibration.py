@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import record  # noqa: E402
 
 import vsekit  # noqa: E402
-from vsekit.data import load_dataset  # noqa: E402
-from vsekit.eval.retrieval import retrieval_metrics  # noqa: E402
+from vsekit.lab.data import load_dataset  # noqa: E402
+from vsekit.lab.eval.retrieval import retrieval_metrics  # noqa: E402
 from vsekit.runtime.base import bundle_dir  # noqa: E402
 
 FLICKR8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k"

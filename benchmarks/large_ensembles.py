@@ -44,10 +44,10 @@ from _common import record, spread_rows  # noqa: E402
 from ensembles import FT_RUNS, GRID, RUNS, combine, kind_of, metrics  # noqa: E402
 from ten_crop import F8K, STORES  # noqa: E402
 
-from vsekit.data import load_dataset  # noqa: E402
-from vsekit.features import FeatureStore  # noqa: E402
-from vsekit.train.export import model_from_run  # noqa: E402
-from vsekit.train.features import image_features  # noqa: E402
+from vsekit.lab.data import load_dataset  # noqa: E402
+from vsekit.lab.features import FeatureStore  # noqa: E402
+from vsekit.lab.train.export import model_from_run  # noqa: E402
+from vsekit.lab.train.features import image_features  # noqa: E402
 
 SEEDS = (0, 1, 2)
 CACHE = Path("~/.cache/vsekit/bench/large_ensembles.npz").expanduser()

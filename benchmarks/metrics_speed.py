@@ -16,7 +16,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import record  # noqa: E402
 
-from vsekit.eval import retrieval_metrics  # noqa: E402
+from vsekit.lab.eval import retrieval_metrics  # noqa: E402
 
 N_IMAGES, PER_IMAGE = 5000, 5
 

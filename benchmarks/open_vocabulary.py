@@ -41,9 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import record  # noqa: E402
 
 import vsekit  # noqa: E402
-from vsekit.data import load_dataset  # noqa: E402
-from vsekit.eval.retrieval import retrieval_metrics  # noqa: E402
-from vsekit.runtime import VSEModel  # noqa: E402
+from vsekit.lab.data import load_dataset  # noqa: E402
+from vsekit.lab.eval.retrieval import retrieval_metrics  # noqa: E402
+from vsekit.lab.torch_model import VSEModel  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 F8K = ROOT.parent / "shared" / "data" / "flickr8k"

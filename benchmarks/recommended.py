@@ -24,8 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import record  # noqa: E402
 
-from vsekit.train import load_config, train  # noqa: E402
-from vsekit.train.config import apply_overrides  # noqa: E402
+from vsekit.lab.train import load_config, train  # noqa: E402
+from vsekit.lab.train.config import apply_overrides  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_FNE_MH = {"i2t": (27.3, 56.8, 69.3), "t2i": (21.2, 47.1, 59.7), "rsum": 281.4}

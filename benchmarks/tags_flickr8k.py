@@ -29,13 +29,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import record  # noqa: E402
 
-from vsekit.tags.evaluate import evaluate_tags  # noqa: E402
-from vsekit.tags.metrics import shown_tags  # noqa: E402
-from vsekit.train import load_config  # noqa: E402
-from vsekit.train.config import apply_overrides  # noqa: E402
-from vsekit.train.export import calibrate_tagger  # noqa: E402
-from vsekit.train.tags import load_tag_data  # noqa: E402
-from vsekit.train.trainer import Trainer, load_run  # noqa: E402
+from vsekit.lab.tags.evaluate import evaluate_tags  # noqa: E402
+from vsekit.lab.tags.metrics import shown_tags  # noqa: E402
+from vsekit.lab.train import load_config  # noqa: E402
+from vsekit.lab.train.config import apply_overrides  # noqa: E402
+from vsekit.lab.train.export import calibrate_tagger  # noqa: E402
+from vsekit.lab.train.tags import load_tag_data  # noqa: E402
+from vsekit.lab.train.trainer import Trainer, load_run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "runs" / "bench-tags"
@@ -136,7 +136,7 @@ def calibrated_tagger(neg_model, neg_data) -> dict:
     """Beyond the paper, the tagger shipped since session 7: configs/flickr8k-tags-
     calibrated.yaml (learned tag offsets and biases, sigmoid cross-entropy over every
     training tag; epochs chosen on 500 carved train images by MiAP), its display threshold
-    calibrated on that slice to a precision of 0.8 (vsekit.train.export.calibrate_tagger);
+    calibrated on that slice to a precision of 0.8 (vsekit.lab.train.export.calibrate_tagger);
     then dev, untouched: MAP/MiAP as above, and the tags a user is shown (at most 10 per
     image, over every training tag) against the tags mined from the image's captions. The
     negatives-20 ranker above is scored the same way, showing its top 10 as it did."""

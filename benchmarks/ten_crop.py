@@ -33,10 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import record, train_run  # noqa: E402
 from ensembles import GRID, RUNS, combine, metrics  # noqa: E402
 
-from vsekit.data import load_dataset  # noqa: E402
-from vsekit.features import FeatureStore  # noqa: E402
-from vsekit.train.export import model_from_run  # noqa: E402
-from vsekit.train.features import image_features  # noqa: E402
+from vsekit.lab.data import load_dataset  # noqa: E402
+from vsekit.lab.features import FeatureStore  # noqa: E402
+from vsekit.lab.train.export import model_from_run  # noqa: E402
+from vsekit.lab.train.features import image_features  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 F8K = ROOT.parent / "shared" / "data" / "flickr8k"

@@ -30,7 +30,7 @@ Reported:
 What this is not: a video benchmark with motion, cuts, sound or real footage. The clips'
 frames are crops of the photos, so these figures measure the video pipeline (decoding,
 sampling, pooling, segment search) end to end, not video understanding. MSVD is loaded by
-``vsekit.data.load_msvd`` with Table 5's split for whoever has it. The clips have no
+``vsekit.lab.data.load_msvd`` with Table 5's split for whoever has it. The clips have no
 audio track, so no audio figure is reported (the audio path is tested for shapes,
 codebook fitting and silence in tests/test_video.py).
 
@@ -56,7 +56,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import record  # noqa: E402
 
-from vsekit.data import load_dataset  # noqa: E402
+from vsekit.lab.data import load_dataset  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 F8K = ROOT.parent / "shared" / "data" / "flickr8k"
@@ -149,12 +149,12 @@ def build_clips(workers: int = 2) -> dict:
 
 
 def word2videovec(minutes: float) -> dict:
-    from vsekit.eval import evaluate_model
-    from vsekit.features import FeatureStore
-    from vsekit.train import load_config
-    from vsekit.train.config import apply_overrides
-    from vsekit.train.features import image_features
-    from vsekit.train.trainer import Trainer, load_run, load_train_data
+    from vsekit.lab.eval import evaluate_model
+    from vsekit.lab.features import FeatureStore
+    from vsekit.lab.train import load_config
+    from vsekit.lab.train.config import apply_overrides
+    from vsekit.lab.train.features import image_features
+    from vsekit.lab.train.trainer import Trainer, load_run, load_train_data
 
     out = {}
     for vec in VECTORISERS:

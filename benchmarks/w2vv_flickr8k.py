@@ -30,12 +30,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import record  # noqa: E402
 
-from vsekit.data import load_dataset, tokenize  # noqa: E402
-from vsekit.eval.model_eval import caption_ranks, encode_all, evaluate_model  # noqa: E402
-from vsekit.eval.text_retrieval import recall_by_length, text_to_text_map  # noqa: E402
-from vsekit.text.encoders import TextEncoderConfig, create_text_encoder  # noqa: E402
-from vsekit.train import load_config  # noqa: E402
-from vsekit.train.trainer import Trainer, load_run, load_train_data  # noqa: E402
+from vsekit.lab.data import load_dataset, tokenize  # noqa: E402
+from vsekit.lab.eval.model_eval import caption_ranks, encode_all, evaluate_model  # noqa: E402
+from vsekit.lab.eval.text_retrieval import recall_by_length, text_to_text_map  # noqa: E402
+from vsekit.lab.text.encoders import TextEncoderConfig, create_text_encoder  # noqa: E402
+from vsekit.lab.train import load_config  # noqa: E402
+from vsekit.lab.train.trainer import Trainer, load_run, load_train_data  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "runs" / "bench-w2vv"
@@ -119,7 +119,7 @@ def main() -> None:
     maps = old.get("text_map", {})
     for kind, key in (("bow", "bow"), ("mean_glove", "glove")):
         for stop in (False, True):
-            from vsekit.data import Vocabulary
+            from vsekit.lab.data import Vocabulary
 
             vocab = Vocabulary.build(tokenize(c.text) for c in ds.split("train").captions)
             enc = create_text_encoder(vocab, TextEncoderConfig(kind=kind, stopwords=stop))

@@ -40,16 +40,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import record  # noqa: E402
 
 import vsekit  # noqa: E402
-from vsekit.data import load_dataset, tokenize  # noqa: E402
-from vsekit.features import FeatureStore  # noqa: E402
-from vsekit.models.factory import create_model, model_config  # noqa: E402
+from vsekit.lab.data import load_dataset, tokenize  # noqa: E402
+from vsekit.lab.features import FeatureStore  # noqa: E402
+from vsekit.lab.models.factory import create_model, model_config  # noqa: E402
+from vsekit.lab.text.glove import load_glove  # noqa: E402
+from vsekit.lab.train import load_config  # noqa: E402
+from vsekit.lab.train.config import apply_overrides  # noqa: E402
+from vsekit.lab.train.export import ensemble_from_models, model_from_run  # noqa: E402
+from vsekit.lab.train.features import image_features  # noqa: E402
+from vsekit.lab.train.trainer import Trainer, load_train_data  # noqa: E402
 from vsekit.text.expansion import expand_vocabulary  # noqa: E402
-from vsekit.text.glove import load_glove  # noqa: E402
-from vsekit.train import load_config  # noqa: E402
-from vsekit.train.config import apply_overrides  # noqa: E402
-from vsekit.train.export import ensemble_from_models, model_from_run  # noqa: E402
-from vsekit.train.features import image_features  # noqa: E402
-from vsekit.train.trainer import Trainer, load_train_data  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 F8K = ROOT.parent / "shared" / "data" / "flickr8k"

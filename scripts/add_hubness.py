@@ -1,4 +1,4 @@
-"""Give a bundle hubness reduction (CSLS, :mod:`vsekit.hubness`) with the settings
+"""Give a bundle hubness reduction (CSLS, :mod:`vsekit.runtime.hubness`) with the settings
 ``benchmarks/hubness.py`` chose on the train slice for one of its rows.
 
 The image bank is built as the benchmark builds its own: 1,000 Flickr8k train images
@@ -26,11 +26,11 @@ from hubness import IMAGE_BANK, STRIDE  # noqa: E402
 from ten_crop import F8K, STORES  # noqa: E402
 
 import vsekit  # noqa: E402
-from vsekit.data import load_dataset  # noqa: E402
-from vsekit.features import FeatureStore  # noqa: E402
-from vsekit.hubness import HubnessConfig, write_hubness  # noqa: E402
+from vsekit.lab.data import load_dataset  # noqa: E402
+from vsekit.lab.features import FeatureStore  # noqa: E402
+from vsekit.lab.train.features import image_features  # noqa: E402
 from vsekit.runtime.base import bundle_dir  # noqa: E402
-from vsekit.train.features import image_features  # noqa: E402
+from vsekit.runtime.hubness import HubnessConfig, write_hubness  # noqa: E402
 
 
 def main() -> None:

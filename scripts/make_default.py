@@ -27,9 +27,8 @@ import json
 import sys
 from pathlib import Path
 
-from vsekit.runtime import VSEModel
-from vsekit.runtime.model import default_model_dir
-from vsekit.train.export import attach_tagger, ensemble_from_models, model_from_run
+from vsekit.lab.torch_model import VSEModel, default_model_dir
+from vsekit.lab.train.export import attach_tagger, ensemble_from_models, model_from_run
 
 ROOT = Path(__file__).resolve().parents[1]
 

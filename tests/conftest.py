@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 from torch import nn
 
-from vsekit.features.backbones import Backbone, LayerSpec, register_backbone
+from vsekit.lab.features.backbones import Backbone, LayerSpec, register_backbone
 
 FLICKR8K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "flickr8k"
 
@@ -55,12 +55,12 @@ register_backbone("tiny-test")(TinyBackbone)
 
 def make_tiny_model(captions: list[str] | None = None, seed: int = 0):
     """An VSEModel on the tiny backbone (random weights): fast, deterministic."""
-    from vsekit.data.tokenizer import tokenize
-    from vsekit.data.vocab import Vocabulary
-    from vsekit.models.joint import JointConfig, JointEmbedding
-    from vsekit.runtime import BUNDLE_VERSION, VSEModel
-    from vsekit.text.encoders import TextEncoderConfig
-    from vsekit.train.config import ExperimentConfig
+    from vsekit.lab.models.joint import JointConfig, JointEmbedding
+    from vsekit.lab.text.encoders import TextEncoderConfig
+    from vsekit.lab.torch_model import BUNDLE_VERSION, VSEModel
+    from vsekit.lab.train.config import ExperimentConfig
+    from vsekit.text.tokenizer import tokenize
+    from vsekit.text.vocab import Vocabulary
 
     captions = captions or ["a dog runs on grass", "a red car", "two people in the snow"]
     vocab = Vocabulary.build([tokenize(c) for c in captions])

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from vsekit.features.weight_files import save_weights
-from vsekit.models.conse import class_vectors, imagenet_classes
-from vsekit.models.factory import create_model, model_config
-from vsekit.text.glove import load_glove
+from vsekit.lab.features.weight_files import save_weights
+from vsekit.lab.models.conse import class_vectors, imagenet_classes
+from vsekit.lab.models.factory import create_model, model_config
+from vsekit.lab.text.glove import load_glove
 
 
 @pytest.fixture()

@@ -12,12 +12,12 @@ import pytest
 import torch
 from safetensors.torch import load, save
 
-from vsekit.data.tokenizer import tokenize
-from vsekit.data.vocab import Vocabulary
-from vsekit.losses import create_loss, list_losses, loss_options
-from vsekit.models.factory import MODELS, create_model, list_models
-from vsekit.similarity import create_similarity, list_similarities
-from vsekit.text.encoders import TextEncoderConfig, create_text_encoder, list_text_encoders
+from vsekit.lab.losses import create_loss, list_losses, loss_options
+from vsekit.lab.models.factory import MODELS, create_model, list_models
+from vsekit.lab.similarity import create_similarity, list_similarities
+from vsekit.lab.text.encoders import TextEncoderConfig, create_text_encoder, list_text_encoders
+from vsekit.text.tokenizer import tokenize
+from vsekit.text.vocab import Vocabulary
 
 TEXTS = ["a dog runs on the grass", "two people in the snow", "a red car", "the dog"]
 VOCAB = Vocabulary.build([tokenize(t) for t in TEXTS])
@@ -78,7 +78,7 @@ def test_text_encoder_contract(kind, extra):
 
 
 def test_glove_initialisation_copies_known_words():
-    from vsekit.text.glove import load_glove
+    from vsekit.lab.text.glove import load_glove
 
     enc = create_text_encoder(VOCAB, _encoder_cfg("gru", glove=True, word_dim=50))
     index, vectors = load_glove()
@@ -94,7 +94,7 @@ def _model_cfg(kind: str):
     if kind == "conse":  # nothing trained: the backbone's classifier on 12-d features
         import tempfile
 
-        from vsekit.features.weight_files import save_weights
+        from vsekit.lab.features.weight_files import save_weights
 
         path = Path(tempfile.mkdtemp()) / "fc.safetensors"
         save_weights(path, {"fc.weight": torch.randn(1000, 12), "fc.bias": torch.zeros(1000)}, {})

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import write_image
-from vsekit.data import (
+from vsekit.lab.data import (
     DatasetError,
     detect_format,
     load_dataset,

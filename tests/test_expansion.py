@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from tests.conftest import make_tiny_model
-from vsekit.data.vocab import Vocabulary
+from vsekit.lab.torch_model import VSEModel
 from vsekit.text.expansion import apply_map, expand_vocabulary, fit_linear_map
+from vsekit.text.vocab import Vocabulary
 
 WORDS = ["a", "dog", "runs", "on", "grass", "red", "car", "two", "people", "in", "the", "snow"]
 
@@ -70,7 +71,7 @@ def expanded_tiny(tmp_path):
 
 
 def test_an_expanded_model_keeps_its_identity_and_old_behaviour(tmp_path):
-    from vsekit.runtime import VSEModel
+    from vsekit.lab.torch_model import VSEModel
 
     m, before, vectors = expanded_tiny(tmp_path)
     assert m.fingerprint == before["fp"]  # an index built before still fits
@@ -97,11 +98,11 @@ def test_an_expanded_model_keeps_its_identity_and_old_behaviour(tmp_path):
 @pytest.mark.slow
 def test_onnx_text_graph_carries_the_expansion(tmp_path):
     import vsekit
-    from vsekit.train.onnx_export import export_onnx
+    from vsekit.lab.train.onnx_export import export_onnx
 
     m, _, _ = expanded_tiny(tmp_path)
     out = m.save(tmp_path / "bundle", half=False)
-    export_onnx(vsekit.VSEModel.load(out, device="cpu"), out)
+    export_onnx(VSEModel.load(out, device="cpu"), out)
     onnx_m = vsekit.load_model(out, backend="onnx")
     texts = ["a canine on grass", "an automobile", "a dog"]
     a, b = m.encode_text(texts), onnx_m.encode_text(texts)
@@ -116,9 +117,9 @@ def test_onnx_text_graph_carries_the_expansion(tmp_path):
 
 
 def test_cli_expand_vocab(tmp_path, monkeypatch, capsys):
-    import vsekit.text.glove as glove
+    import vsekit.lab.text.glove as glove
     from vsekit.cli import main
-    from vsekit.runtime import VSEModel
+    from vsekit.lab.torch_model import VSEModel
 
     index, src = fake_source(dim=4)
     monkeypatch.setattr(glove, "load_glove", lambda: (index, src))
@@ -143,12 +144,12 @@ def test_ensemble_expands_every_word_encoder(tmp_path, monkeypatch):
     learned word space; a new word then has a vector in both tables (no id out of any
     table's range), the bundle keeps one array per member, and ONNX agrees."""
     import vsekit
-    import vsekit.text.glove as glove
+    import vsekit.lab.text.glove as glove
     from vsekit.cli import main
-    from vsekit.models.factory import word_encoders
-    from vsekit.runtime import VSEModel
-    from vsekit.train.export import ensemble_from_models
-    from vsekit.train.onnx_export import export_onnx
+    from vsekit.lab.models.factory import word_encoders
+    from vsekit.lab.torch_model import VSEModel
+    from vsekit.lab.train.export import ensemble_from_models
+    from vsekit.lab.train.onnx_export import export_onnx
 
     index, src = fake_source(dim=4)
     monkeypatch.setattr(glove, "load_glove", lambda: (index, src))

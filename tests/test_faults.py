@@ -26,9 +26,9 @@ from PIL import Image
 
 from tests.conftest import write_image
 from tests.test_index import DIM, INFO, CountingEmbedder
-from vsekit.images import ImageError, ImageTooLarge, load_image
 from vsekit.index import Collection, CollectionError
 from vsekit.index.collection import FileChanged, FileNotIndexed
+from vsekit.media.images import ImageError, ImageTooLarge, load_image
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -163,7 +163,7 @@ def test_bombs_are_refused_from_the_header(bombs):
 def test_large_jpeg_decodes_at_reduced_size(tmp_path, monkeypatch):
     """A JPEG over the budget is still read when the caller needs only a small image:
     it is decoded at a reduced DCT scale, never at full size."""
-    import vsekit.images as images
+    import vsekit.media.images as images
 
     monkeypatch.setattr(images, "MAX_PIXELS", 1_000_000)
     p = tmp_path / "big.jpg"

@@ -11,12 +11,12 @@ from PIL import Image
 
 from tests.conftest import write_image
 from vsekit.cli import main
-from vsekit.features import ImageFeaturizer, create_backbone, list_backbones
-from vsekit.features.crops import crop_views
-from vsekit.features.extract import ExtractItem, extract_to_store, failed_images
-from vsekit.features.fne import FNEStats, full_network_embedding, ternarise
-from vsekit.features.rmac import rmac
-from vsekit.features.store import FeatureStore, StoreError
+from vsekit.lab.features import ImageFeaturizer, create_backbone, list_backbones
+from vsekit.lab.features.crops import crop_views
+from vsekit.lab.features.extract import ExtractItem, extract_to_store, failed_images
+from vsekit.lab.features.rmac import rmac
+from vsekit.lab.features.store import FeatureStore, StoreError
+from vsekit.runtime.fne import FNEStats, full_network_embedding, ternarise
 
 EXPECTED_DIMS = {"vgg16": (12416, 4096), "resnet50": (15168, 2048), "vgg19": (13696, 4096),
                  "resnet152": (47936, 2048), "efficientnet-lite0": (3120, 1280)}  # fmt: skip
@@ -255,9 +255,9 @@ def test_one_extraction_writes_a_store_at_a_time(tmp_path):
     import fcntl
 
     from tests.conftest import write_image
-    from vsekit.features import create_backbone
-    from vsekit.features.extract import LOCK_NAME, ExtractItem, extract_to_store
-    from vsekit.features.store import StoreError
+    from vsekit.lab.features import create_backbone
+    from vsekit.lab.features.extract import LOCK_NAME, ExtractItem, extract_to_store
+    from vsekit.lab.features.store import StoreError
 
     items = [ExtractItem(f"i{k}", write_image(tmp_path / f"i{k}.png", seed=k), "train")
              for k in range(3)]  # fmt: skip

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import make_tiny_model, write_image
-from vsekit.hubness import (
+from vsekit.index.search import exact_search, rerank
+from vsekit.runtime.hubness import (
     HUBNESS_INFO,
     Hubness,
     HubnessConfig,
@@ -18,7 +19,6 @@ from vsekit.hubness import (
     read_hubness,
     write_hubness,
 )
-from vsekit.index.search import exact_search, rerank
 
 
 def unit_rows(n: int, d: int, seed: int) -> np.ndarray:

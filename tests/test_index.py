@@ -18,7 +18,7 @@ from PIL import Image
 from tests.conftest import make_tiny_model, write_image
 from vsekit.index import Collection, CollectionError, FaissSearcher, exact_search, model_info
 from vsekit.index.query import check_k, check_query, search_text
-from vsekit.runtime import VSEModel
+from vsekit.lab.torch_model import VSEModel
 
 DIM = 4
 
@@ -338,7 +338,7 @@ def test_default_model_finds_the_described_photos(flickr8k_root):
     by one of its own captions far above chance (recall@5 is 5/16 by chance)."""
     m = VSEModel.load("default")
     assert len(m.captions) == 30000  # the Flickr8k train captions ship as the pool
-    from vsekit.data import load_dataset
+    from vsekit.lab.data import load_dataset
 
     dev = load_dataset(flickr8k_root).split("dev")
     ims = dev.images[:16]
@@ -360,7 +360,7 @@ def test_default_model_is_small():
     left for the code."""
     import zlib
 
-    from vsekit.runtime.model import default_model_dir
+    from vsekit.lab.torch_model import default_model_dir
 
     files = list(default_model_dir().iterdir())
     generated = {".onnx"}
@@ -424,7 +424,7 @@ def test_faiss_index_is_saved_and_reused(tmp_path):
 
 
 def test_bundle_tagger_roundtrip_and_ranking(tmp_path):
-    from vsekit.text.glove import tag_vectors
+    from vsekit.lab.text.glove import tag_vectors
 
     m = make_tiny_model()
     names = ["dog", "cat", "car", "zzqqxx"]  # the last has no vector: never returned

@@ -1,11 +1,14 @@
 """The package's shape: no import cycles (any import statement, module level or inside a
-function), inference never imports training, and registries are complete after
-``import vsekit`` in a fresh interpreter."""
+function); the core never reaches the lab or PyTorch, checked statically over every import
+statement and dynamically over every core entry point, each check with a positive control
+(a planted import must fail it); registries are complete after ``import vsekit.lab``."""
 
 from __future__ import annotations
 
 import ast
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -106,60 +109,174 @@ def test_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
-INFERENCE = ("data", "images", "fsio", "registry", "runtime", "eval", "index", "serve")
+# What the core must never import, at any level (module or function): the lab, and the
+# packages only the lab needs. The core is every vsekit module outside vsekit.lab.
+LAB = "vsekit.lab"
+LAB_ONLY = ("torch", "torchvision", "matplotlib", "spacy", "transformers", "skimage",
+            "pyarrow", "librosa", "onnx", "efficientnet_lite_pytorch")  # fmt: skip
 
 
-def test_inference_modules_never_import_training():
-    """Static: nothing reachable from the inference core is under ``vsekit.train``."""
-    graph = import_graph()
-    roots = [m for m in graph if m.split(".")[1:2] and m.split(".")[1] in INFERENCE]
-    seen, todo = set(), list(roots)
-    while todo:
-        m = todo.pop()
-        if m in seen:
+def core_violations(src: Path = SRC) -> list[str]:
+    """``"module imports name"`` for every import statement of a core module (module
+    level, inside a function, or under ``TYPE_CHECKING``) that names the lab or a
+    lab-only package; relative imports are resolved first."""
+    bad = []
+    for path in sorted(src.rglob("*.py")):
+        rel = path.relative_to(src.parent).with_suffix("").parts
+        mod = ".".join(rel[:-1] if rel[-1] == "__init__" else rel)
+        if mod == LAB or mod.startswith(LAB + "."):
             continue
-        seen.add(m)
-        todo.extend(graph[m])
-    bad = sorted(m for m in seen if m.startswith("vsekit.train"))
-    assert not bad, f"inference reaches training modules: {bad}"
+        pkg = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = pkg
+                    for _ in range(node.level - 1):
+                        up = up.rpartition(".")[0]
+                    base = f"{up}.{base}" if base else up
+                names = [base] + [f"{base}.{a.name}" for a in node.names]
+            for n in names:
+                if n == LAB or n.startswith(LAB + ".") or n.split(".")[0] in LAB_ONLY:
+                    bad.append(f"{mod} imports {n}")
+    return bad
 
 
-def _fresh(code: str) -> str:
+def test_core_never_imports_the_lab_or_torch():
+    """Static: no import statement of the core names the lab or PyTorch."""
+    assert core_violations() == []
+
+
+def _copy_of_package(dst: Path) -> Path:
+    """A copy of ``src/vsekit`` under ``dst`` (the assets linked, not copied)."""
+    shutil.copytree(SRC, dst / "vsekit", ignore=shutil.ignore_patterns("assets", "__pycache__"))
+    (dst / "vsekit" / "assets").symlink_to(SRC / "assets")
+    return dst / "vsekit"
+
+
+def _plant(pkg: Path, module: str, line: str) -> None:
+    """Add ``line`` to ``module`` of the copy ``pkg``, inside a function (the hardest
+    place for a check to see)."""
+    f = pkg.joinpath(*module.split(".")[1:]).with_suffix(".py")
+    f.write_text(f.read_text() + f"\n\ndef _planted():\n    {line}\n")
+
+
+@pytest.mark.parametrize("line", ["import torch", "from vsekit.lab.losses import LOSSES",
+                                  "from ..lab import registries"])  # fmt: skip
+def test_static_check_catches_a_planted_import(tmp_path, line):
+    pkg = _copy_of_package(tmp_path)
+    assert core_violations(pkg) == []
+    _plant(pkg, "vsekit.runtime.base", line)
+    found = core_violations(pkg)
+    assert len(found) >= 1 and found[0].startswith("vsekit.runtime.base imports ")
+
+
+def _fresh(code: str, env: dict | None = None) -> str:
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env=env,
+        cwd=SRC.parents[1],
     )
     assert out.returncode == 0, out.stderr
     return out.stdout
 
 
-@pytest.mark.slow
-def test_load_model_and_encode_without_training_modules(tmp_path):
-    """A fresh interpreter embeds text and an image with the default model and never
-    loads ``vsekit.train*`` (nor anything used only for training)."""
-    from PIL import Image
-
-    img = tmp_path / "x.png"
-    Image.new("RGB", (64, 48), (200, 30, 30)).save(img)
-    code = f"""
-import sys, json, vsekit
+# Every entry point of the core, in a fresh interpreter where PyTorch is installed: after
+# it, neither torch nor any module of the lab may have been imported.
+CORE_RUN = """
+import json, sys
+from pathlib import Path
+import vsekit
+from vsekit.serve.app import create_app
+from fastapi.testclient import TestClient
 m = vsekit.load_model()
 t = m.encode_text(["a dog", "a red square"])
-i = m.encode_image({str(img)!r})
-loaded = sorted(k for k in sys.modules if k.startswith("vsekit.train") or k in
-    ("vsekit.tags.mining", "vsekit.losses", "matplotlib"))
-print(json.dumps({{"t": list(t.shape), "i": list(i.shape), "loaded": loaded}}))
+i = m.encode_image(PHOTO)
+v = m.encode_video(VIDEO) if VIDEO else None
+s = m.similarity(i, t)
+r = m.retrieval_scores(i, t)
+a = m.annotate(PHOTO, k=2)
+g = m.tags(PHOTO, k=3)
+index = vsekit.open_index(INDEX, create=True)
+index.add(FOLDER)
+hits = index.search("a red square", k=2)
+client = TestClient(create_app(index.collection, index.model), base_url="http://127.0.0.1")
+status = client.get("/search", params={"q": "a dog", "k": 2}).status_code
+loaded = sorted(k for k in sys.modules
+                if k.split(".")[0] in ("torch", "torchvision") or k.startswith("vsekit.lab"))
+print(json.dumps({"dims": [t.shape[1], i.shape[0]], "sims": list(s.shape),
+                  "annotate": len(a), "hits": len(hits), "status": status, "loaded": loaded}))
 """
-    res = json.loads(_fresh(code).strip().splitlines()[-1])
-    assert res["t"][0] == 2 and len(res["i"]) == 1 and res["i"][0] == res["t"][1]
+
+
+def _core_run(tmp_path: Path, photo: Path, pythonpath: Path | None = None) -> dict:
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    shutil.copy(photo, folder / photo.name)
+    video = _tiny_video(tmp_path)
+    code = (
+        f"PHOTO, VIDEO = {str(photo)!r}, {video and str(video)!r}\n"
+        f"INDEX, FOLDER = {str(tmp_path / 'index')!r}, {str(folder)!r}\n" + CORE_RUN
+    )
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
+    return json.loads(_fresh(code, env).strip().splitlines()[-1])
+
+
+def _tiny_video(tmp_path: Path) -> Path | None:
+    """A 1-second clip (PyAV, the [video] extra), or None where it is not installed."""
+    try:
+        from tests.media import write_video
+    except ImportError:
+        return None
+    out = tmp_path / "clip.mp4"
+    write_video(out, [(200, 30, 30), (30, 200, 30)], seconds_each=0.5)
+    return out
+
+
+@pytest.mark.slow
+def test_core_entry_points_never_load_torch_or_the_lab(tmp_path, flickr8k_root):
+    """Dynamic: load_model, every encode_*, similarity, retrieval_scores, annotate, tags,
+    open_index (add and search) and a request to create_app's service."""
+    pytest.importorskip("torch")  # the check means something only where torch exists
+    photo = next((flickr8k_root / "images").glob("*.jpg"))
+    res = _core_run(tmp_path, photo)
+    assert res["dims"][0] == res["dims"][1] and res["sims"] == [1, 2]
+    assert res["annotate"] == 2 and res["hits"] == 1 and res["status"] == 200
     assert res["loaded"] == []
+
+
+@pytest.mark.slow
+def test_dynamic_check_catches_a_planted_import(tmp_path, flickr8k_root):
+    """The same run over a copy of the package with ``import torch`` planted in a core
+    module that load_model reaches: the check must see torch."""
+    pytest.importorskip("torch")
+    pkg = _copy_of_package(tmp_path / "src")
+    f = pkg / "runtime" / "base.py"
+    f.write_text(
+        f.read_text().replace("import numpy as np\n", "import numpy as np\nimport torch\n", 1)
+    )
+    photo = next((flickr8k_root / "images").glob("*.jpg"))
+    work = tmp_path / "run"
+    work.mkdir()
+    res = _core_run(work, photo, pythonpath=pkg.parent)
+    assert "torch" in res["loaded"]
 
 
 def test_registries_complete_after_import_vsekit():
     """Every registry lists all its members in a fresh interpreter, whatever is imported
     first; compared with the lists after importing every vsekit module."""
     listing = """
-import json, vsekit
-print(json.dumps({name: fn() for name, fn in vsekit.registries().items()}))
+import json, vsekit.lab
+print(json.dumps({name: fn() for name, fn in vsekit.lab.registries().items()}))
 """
     fresh = json.loads(_fresh(listing).strip().splitlines()[-1])
     everything = (

@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vsekit.losses import create_loss, list_losses
-from vsekit.similarity import create_similarity, order_similarity
+from vsekit.lab.losses import create_loss, list_losses
+from vsekit.lab.similarity import create_similarity, order_similarity
 
 
 def naive_order(i: torch.Tensor, c: torch.Tensor, abs: bool = False) -> float:
@@ -45,7 +45,7 @@ def test_order_similarity_formula_and_chunking(monkeypatch):
         got = order_similarity(img, txt, abs=abs)
         want = torch.tensor([[naive_order(i, c, abs) for c in txt] for i in img])
         torch.testing.assert_close(got, want)
-    import vsekit.similarity as sim
+    import vsekit.lab.similarity as sim
 
     monkeypatch.setattr(sim, "_ORDER_CHUNK", 5)  # forces one image per chunk
     torch.testing.assert_close(order_similarity(img, txt), sim.order_similarity(img, txt))

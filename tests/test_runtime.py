@@ -15,7 +15,7 @@ from PIL import Image
 
 import vsekit
 from tests.conftest import make_tiny_model, write_image
-from vsekit.features.weights import WeightsError
+from vsekit.lab.features.weights import WeightsError
 
 
 def test_encode_text_one_string_is_one_vector():
@@ -25,8 +25,8 @@ def test_encode_text_one_string_is_one_vector():
     assert one.shape == (m.embed_dim,) and many.shape == (2, m.embed_dim)
     np.testing.assert_allclose(one, many[0], atol=1e-6)
     np.testing.assert_allclose(np.linalg.norm(many, axis=1), 1.0, atol=1e-5)
-    t = m.encode_text(["a red car"], convert_to="torch")
-    assert isinstance(t, torch.Tensor) and t.shape == (1, m.embed_dim)
+    t = m.encode_text(["a red car"])
+    assert isinstance(t, np.ndarray) and t.dtype == np.float32 and t.shape == (1, m.embed_dim)
     assert m.encode_text([]).shape == (0, m.embed_dim)
     # batches give the same vectors as one pass
     texts = ["a dog", "a red car", "two people in the snow", "a dog runs"] * 3
@@ -85,7 +85,7 @@ def test_list_models_and_fresh_interpreter_front_door():
 
 
 def _random_resnet50_file(path: Path) -> Path:
-    from vsekit.features.backbones import create_backbone
+    from vsekit.lab.features.backbones import create_backbone
 
     net = create_backbone("resnet50", weights="random")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -110,10 +110,10 @@ def test_wrong_backbone_weights_are_an_error_not_results(tmp_path):
     assert "no ImageNet weights for resnet50" in out.stderr
     assert "vse weights install resnet50" in out.stderr
 
-    from vsekit.features.weights import save_weights
+    from vsekit.lab.features.weights import save_weights
 
     wrong = tmp_path / "cache" / "weights" / "resnet50.safetensors"
-    from vsekit.features.backbones import create_backbone
+    from vsekit.lab.features.backbones import create_backbone
 
     save_weights(wrong, create_backbone("resnet50", weights="random").net.state_dict(), {})
     out = subprocess.run(run, capture_output=True, text=True, env=env, check=False)
@@ -133,9 +133,9 @@ def test_wrong_backbone_weights_are_an_error_not_results(tmp_path):
 def test_weights_hash_is_canonical_and_recorded(tmp_path):
     """The sha256 names the weights' content (not the container's byte order), and a
     store made with them records it; a backbone with other weights does not match."""
-    from vsekit.features.backbones import create_backbone
-    from vsekit.features.weight_files import file_sha256
-    from vsekit.features.weights import save_weights
+    from vsekit.lab.features.backbones import create_backbone
+    from vsekit.lab.features.weight_files import file_sha256
+    from vsekit.lab.features.weights import save_weights
 
     net = create_backbone("tiny-test", weights="random")
     state = net.net.state_dict()
@@ -206,7 +206,7 @@ def test_weights_download_is_verified_against_the_published_integrity(tmp_path, 
     import tarfile
     import urllib.request
 
-    from vsekit.features import keras_resnet
+    from vsekit.lab.features import keras_resnet
 
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as t:

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from tests.conftest import write_image
-from vsekit.losses import ListSJELoss, SJELoss
-from vsekit.tags.data import TagData
-from vsekit.tags.metrics import map_and_miap, precision_at_k, sample_distractors
-from vsekit.tags.mining import (
+from vsekit.lab.losses import ListSJELoss, SJELoss
+from vsekit.lab.tags.data import TagData
+from vsekit.lab.tags.metrics import map_and_miap, precision_at_k, sample_distractors
+from vsekit.lab.tags.mining import (
     Mention,
     ParsedCaption,
     parse_captions,
@@ -194,7 +194,7 @@ WORDS = ["dog", "cat", "car", "tree", "ball", "man", "boat", "horse", "bike", "b
 def planted_tags(n, seed):
     """Features are a rank-weighted sum of the tags' GloVe vectors (plus noise), so a
     bilinear W can recover both the tags and their order."""
-    from vsekit.text.glove import tag_vectors
+    from vsekit.lab.text.glove import tag_vectors
 
     vecs, _ = tag_vectors(WORDS)
     rng = np.random.default_rng(seed)
@@ -209,9 +209,9 @@ def planted_tags(n, seed):
 
 @pytest.mark.parametrize("loss", [{"name": "sje", "delta": "II"}, {"name": "listsje", "k_top": 2}])
 def test_tag_ranker_trains_through_the_shared_trainer(tmp_path, loss):
-    from vsekit.models.bilinear import BilinearConfig
-    from vsekit.train.config import DataConfig, ExperimentConfig, LossConfig, TrainConfig
-    from vsekit.train.trainer import Trainer, load_run
+    from vsekit.lab.models.bilinear import BilinearConfig
+    from vsekit.lab.train.config import DataConfig, ExperimentConfig, LossConfig, TrainConfig
+    from vsekit.lab.train.trainer import Trainer, load_run
 
     tf, tl = planted_tags(300, 0)
     df, dl = planted_tags(100, 1)
@@ -232,11 +232,11 @@ def test_tag_ranker_trains_through_the_shared_trainer(tmp_path, loss):
     # with distractors the model still beats the random ranker by far
     d10 = data.evaluate(model, distractors=7)
     assert d10["p1"] > 3 * d10["random_p1"]
-    from vsekit.tags.ranking import rank_vocabulary
+    from vsekit.lab.tags.ranking import rank_vocabulary
 
     ranked, unknown = rank_vocabulary(model, df[:1], [*WORDS, "zzqqxx"], k=3)
     assert unknown == ["zzqqxx"] and ranked[0][0] == dl[0][0]
-    from vsekit.tags.evaluate import evaluate_tags
+    from vsekit.lab.tags.evaluate import evaluate_tags
 
     full = evaluate_tags(model, data, distractors=(0, 3))
     assert set(full["predictability"]) == {"0", "3"} and full["vocab_tags"] == len(WORDS)
@@ -268,7 +268,7 @@ def test_negatives_are_other_tags_appended_after_the_own_ones():
 
 
 def test_tag_bce_equals_naive():
-    from vsekit.losses import TagBCELoss
+    from vsekit.lab.losses import TagBCELoss
 
     rng = np.random.default_rng(0)
     s, y = rng.normal(size=(3, 5)), rng.random((3, 5)) < 0.3
@@ -279,7 +279,7 @@ def test_tag_bce_equals_naive():
 
 
 def test_shown_tags_and_calibration_equal_naive():
-    from vsekit.tags.metrics import calibrate_threshold, shown_tags
+    from vsekit.lab.tags.metrics import calibrate_threshold, shown_tags
 
     rng = np.random.default_rng(1)
     rel = rng.random((30, 12)) < 0.2
@@ -303,11 +303,11 @@ def test_shown_tags_and_calibration_equal_naive():
 def test_calibrated_tagger_learns_to_reject_absent_tags(tmp_path):
     """learn_tags + tag_bce: s = x W (phi + d) + b over every tag; unseen tags keep their
     GloVe vector and get the mean bias; the runtime shows only tags above the threshold."""
-    from vsekit.models.bilinear import BilinearConfig
+    from vsekit.lab.models.bilinear import BilinearConfig
+    from vsekit.lab.text.glove import tag_vectors
+    from vsekit.lab.train.config import DataConfig, ExperimentConfig, LossConfig, TrainConfig
+    from vsekit.lab.train.trainer import Trainer, load_run
     from vsekit.runtime.base import BaseModel
-    from vsekit.text.glove import tag_vectors
-    from vsekit.train.config import DataConfig, ExperimentConfig, LossConfig, TrainConfig
-    from vsekit.train.trainer import Trainer, load_run
 
     tf, tl = planted_tags(300, 0)
     df, dl = planted_tags(100, 1)
@@ -358,8 +358,8 @@ def test_calibrated_tagger_learns_to_reject_absent_tags(tmp_path):
 
 
 def test_config_overrides():
-    from vsekit.models.w2vv import W2VVConfig
-    from vsekit.train.config import ConfigError, ExperimentConfig, LossConfig, apply_overrides
+    from vsekit.lab.models.w2vv import W2VVConfig
+    from vsekit.lab.train.config import ConfigError, ExperimentConfig, LossConfig, apply_overrides
 
     base = ExperimentConfig(model=W2VVConfig(), loss=LossConfig(name="listsje"))
     cfg = apply_overrides(base, ["tags.scheme=compound", "loss.k_top=3", "model.hidden=[10, 5]"])
@@ -392,7 +392,7 @@ def test_cli_tags_mine(tmp_path, capsys):
     assert main([*args, "--relevance", "alpha=0.5"]) == 0
     text = capsys.readouterr().out
     assert "2 images" in text and "soccer field" in text
-    from vsekit.tags.mining import load_tags
+    from vsekit.lab.tags.mining import load_tags
 
     meta, tags = load_tags(out)
     assert meta["scheme"] == "compound" and tags["0.jpg"][0][0] == "dog"

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from vsekit.data import DatasetError, Vocabulary, load_dataset, tokenize
-from vsekit.data.vocab import PAD, UNK
+from vsekit.lab.data import DatasetError, Vocabulary, load_dataset, tokenize
+from vsekit.text.vocab import PAD, UNK
 
 
 def test_tokenize_lowercases_and_keeps_punctuation():

@@ -8,10 +8,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from vsekit.data.dataset import Caption, Dataset, ImageRecord
-from vsekit.models.joint import JointConfig
-from vsekit.text.encoders import TextEncoderConfig
-from vsekit.train.config import (
+from vsekit.lab.data.dataset import Caption, Dataset, ImageRecord
+from vsekit.lab.models.joint import JointConfig
+from vsekit.lab.text.encoders import TextEncoderConfig
+from vsekit.lab.train.config import (
     ConfigError,
     DataConfig,
     ExperimentConfig,
@@ -19,7 +19,7 @@ from vsekit.train.config import (
     TrainConfig,
     load_config,
 )
-from vsekit.train.trainer import TrainData, Trainer, epoch_pairs, load_run
+from vsekit.lab.train.trainer import TrainData, Trainer, epoch_pairs, load_run
 
 FILLER = ["a", "photo", "of", "the", "some", "nice", "picture", "with"]
 
@@ -100,7 +100,7 @@ def test_bf16_autocast_trains_to_the_same_recall(tmp_path):
     model, _ = load_run(tmp_path / "run")
     assert all(p.dtype == torch.float32 for p in model.parameters())
     with pytest.raises(ConfigError, match="train.precision"):
-        from vsekit.train.config import validate
+        from vsekit.lab.train.config import validate
 
         validate(small_cfg(precision="fp16"))
 
@@ -157,7 +157,7 @@ def test_curriculum_switches_from_sum_to_max(tmp_path):
 def test_curriculum_max_phase_starts_from_the_best_sum_checkpoint(tmp_path):
     """Journal 3.5: at the switch, the best L_S weights are reloaded and the optimiser
     starts afresh; the first L_M epoch trains from exactly those weights."""
-    from vsekit.train import checkpoint as ckpt
+    from vsekit.lab.train import checkpoint as ckpt
 
     cfg = small_cfg(epochs=4, curriculum="sum_then_max", curriculum_patience=1, lr=3e-3)
     data = make_data()
@@ -233,7 +233,7 @@ train: {{epochs: 2, batch_size: 4, lr: 0.001, collapse_epochs: 0}}
     run = tmp_path / "run"
     assert main(["train", str(cfg), "--run-dir", str(run)]) == 0
     assert (tmp_path / "store" / "fne.i8").is_file()  # extracted and discretised on the way
-    from vsekit.features import FeatureStore as _Store
+    from vsekit.lab.features import FeatureStore as _Store
 
     meta = json.loads((run / "config.json").read_text())
     assert meta["image"] == _Store(tmp_path / "store").identity()
@@ -244,10 +244,10 @@ train: {{epochs: 2, batch_size: 4, lr: 0.001, collapse_epochs: 0}}
     m = json.loads(capsys.readouterr().out)
     # the CLI's figures are the metrics of the run's model on the dev rows, recomputed here
 
-    from vsekit.data import load_dataset
-    from vsekit.eval import retrieval_metrics_from_embeddings
-    from vsekit.features import FeatureStore
-    from vsekit.train.trainer import load_run
+    from vsekit.lab.data import load_dataset
+    from vsekit.lab.eval import retrieval_metrics_from_embeddings
+    from vsekit.lab.features import FeatureStore
+    from vsekit.lab.train.trainer import load_run
 
     model, _ = load_run(run)
     store = FeatureStore(tmp_path / "store")
@@ -310,9 +310,9 @@ def test_config_typos_fail_before_any_extraction(tmp_path, capsys, line, field):
 def test_selection_on_a_slice_carved_from_train_never_reads_dev(tmp_path):
     """``data.val_from_train``: epochs are chosen on train images carved out (seeded,
     no longer trained on), and no dev image is loaded for training or selection."""
-    from vsekit.data import load_dataset
-    from vsekit.train.config import DataConfig
-    from vsekit.train.features import train_and_selection
+    from vsekit.lab.data import load_dataset
+    from vsekit.lab.train.config import DataConfig
+    from vsekit.lab.train.features import train_and_selection
 
     root = write_flickr8k_folder(tmp_path / "f8k", n=12, n_train=9)
     ds = load_dataset(root)
@@ -333,9 +333,9 @@ def test_held_out_words_are_never_read(tmp_path):
     """data.hold_out_words (the zero-shot protocol): captions using them leave training
     and the selection slice, images left without captions leave too, and the words are
     not in the vocabulary; dev is untouched."""
-    from vsekit.data import load_dataset
-    from vsekit.train.config import from_dict
-    from vsekit.train.trainer import load_train_data
+    from vsekit.lab.data import load_dataset
+    from vsekit.lab.train.config import from_dict
+    from vsekit.lab.train.trainer import load_train_data
 
     root = write_flickr8k_folder(tmp_path / "f8k", n=12, n_train=10)
     token = root / "Flickr8k.token.txt"
@@ -360,7 +360,7 @@ def test_held_out_words_are_never_read(tmp_path):
 def test_refit_replays_the_reference_schedule_on_all_train_images(tmp_path):
     """``train.refit_from``: the slice run's curriculum switch (reloading the epoch its
     switch reloaded, fresh optimiser) and its best epoch, with nothing evaluated."""
-    from vsekit.train import checkpoint as ckpt
+    from vsekit.lab.train import checkpoint as ckpt
 
     ref_cfg = small_cfg(epochs=5, curriculum="sum_then_max", curriculum_patience=1)
     ref_cfg.data.val_from_train = 3

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from tests.media import write_video
-from vsekit import video
-from vsekit.audio import AUDIO_NONE, AUDIO_OK, AUDIO_SILENT, AudioCodebook, mfcc
-from vsekit.data import DatasetError, load_dataset
-from vsekit.images import ImageError, ImageTooLarge
+from vsekit.lab.audio import AUDIO_NONE, AUDIO_OK, AUDIO_SILENT, AudioCodebook, mfcc
+from vsekit.lab.data import DatasetError, load_dataset
+from vsekit.media import video
+from vsekit.media.images import ImageError, ImageTooLarge
 
 pytest.importorskip("av")
 
@@ -195,8 +195,8 @@ def test_folder_of_videos_loads(tmp_path):
 
 # ------------------------------------------------------------------ FeatureStore
 def test_video_row_is_the_mean_over_frames_and_crops(tmp_path):
-    from vsekit.features import create_backbone
-    from vsekit.features.extract import ExtractItem, embed_images, extract_to_store
+    from vsekit.lab.features import create_backbone
+    from vsekit.lab.features.extract import ExtractItem, embed_images, extract_to_store
 
     root = video_folder(tmp_path, n=3, n_train=2, audio=False)
     ds = load_dataset(root)
@@ -214,13 +214,13 @@ def test_video_row_is_the_mean_over_frames_and_crops(tmp_path):
         == "broken"
     )
     # naive reference: every frame through the image path, then the mean over frames
-    from vsekit.features.crops import decode_size
+    from vsekit.lab.features.crops import decode_size
 
     _, frames = video.read_frames(items[1].path, sampling, decode_size(model.input_size))
     per_frame, _ = embed_images(model.eval(), frames, crops=2)
     np.testing.assert_allclose(store.pooled[1], per_frame.mean(0), rtol=1e-5, atol=1e-6)
     # other sampling settings are another store
-    from vsekit.features.store import StoreError
+    from vsekit.lab.features.store import StoreError
 
     with pytest.raises(StoreError, match="video"):
         extract_to_store(items, tmp_path / "store", model, crops=2, batch_size=2,
@@ -228,8 +228,8 @@ def test_video_row_is_the_mean_over_frames_and_crops(tmp_path):
 
 
 def test_video_extraction_resumes_to_the_same_bytes(tmp_path):
-    from vsekit.features import create_backbone
-    from vsekit.features.extract import ExtractItem, extract_to_store
+    from vsekit.lab.features import create_backbone
+    from vsekit.lab.features.extract import ExtractItem, extract_to_store
 
     ds = load_dataset(video_folder(tmp_path, n=4, n_train=3, audio=False))
     items = [ExtractItem(im.id, im.path, im.split) for im in ds.images]
@@ -270,8 +270,8 @@ train: {{optimizer: rmsprop, lr: 0.01, epochs: 3, batch_size: 4, captions: all,
     meta = json.loads((tmp_path / "store" / "meta.json").read_text())
     assert meta["audio"]["k"] == 4 and meta["audio"]["fit_split"] == "train"
     assert meta["audio"]["clips"] == {"audio": 6, "no audio track": 1, "silent": 1}
-    from vsekit.features import FeatureStore
-    from vsekit.train.features import image_features
+    from vsekit.lab.features import FeatureStore
+    from vsekit.lab.train.features import image_features
 
     store = FeatureStore(tmp_path / "store")
     flags = store.audio_flags
@@ -286,8 +286,8 @@ train: {{optimizer: rmsprop, lr: 0.01, epochs: 3, batch_size: 4, captions: all,
 
 
 def test_joint_embedding_trains_on_video_features(tmp_path):
-    from vsekit.train.config import ExperimentConfig, from_dict
-    from vsekit.train.trainer import Trainer, load_train_data
+    from vsekit.lab.train.config import ExperimentConfig, from_dict
+    from vsekit.lab.train.trainer import Trainer, load_train_data
 
     root = video_folder(tmp_path, audio=False)
     cfg = from_dict(ExperimentConfig, {
@@ -304,8 +304,8 @@ def test_joint_embedding_trains_on_video_features(tmp_path):
 
 
 def test_audio_pass_resumes_after_a_kill(tmp_path, monkeypatch):
-    from vsekit.features import FeatureStore, audio_store, create_backbone
-    from vsekit.features.extract import ExtractItem, extract_to_store
+    from vsekit.lab.features import FeatureStore, audio_store, create_backbone
+    from vsekit.lab.features.extract import ExtractItem, extract_to_store
 
     ds = load_dataset(video_folder(tmp_path, n=5, n_train=4))
     items = [ExtractItem(im.id, im.path, im.split) for im in ds.images]

@@ -15,7 +15,7 @@ from PIL import Image
 from tests.conftest import make_tiny_model, write_image
 from tests.media import write_video
 from vsekit.index import Collection, CollectionError, model_info
-from vsekit.video import frame_at
+from vsekit.media.video import frame_at
 
 pytest.importorskip("av")
 

@@ -9,17 +9,17 @@ import pytest
 import torch
 
 from tests.test_train import make_data
-from vsekit.data import Vocabulary, tokenize
-from vsekit.eval.model_eval import evaluate_model, pool_per_image
-from vsekit.eval.text_retrieval import first_caption_split, recall_by_length, text_to_text_map
-from vsekit.losses import create_loss
-from vsekit.models import Word2VisualVec, create_model
-from vsekit.models.w2vv import W2VVConfig
-from vsekit.text.encoders import TextEncoderConfig, create_text_encoder
-from vsekit.text.glove import load_glove
-from vsekit.text.vectorizers import letter_trigrams
-from vsekit.train.config import DataConfig, ExperimentConfig, LossConfig, TrainConfig
-from vsekit.train.trainer import Trainer, load_run
+from vsekit.lab.data import Vocabulary, tokenize
+from vsekit.lab.eval.model_eval import evaluate_model, pool_per_image
+from vsekit.lab.eval.text_retrieval import first_caption_split, recall_by_length, text_to_text_map
+from vsekit.lab.losses import create_loss
+from vsekit.lab.models import Word2VisualVec, create_model
+from vsekit.lab.models.w2vv import W2VVConfig
+from vsekit.lab.text.encoders import TextEncoderConfig, create_text_encoder
+from vsekit.lab.text.glove import load_glove
+from vsekit.lab.text.vectorizers import letter_trigrams
+from vsekit.lab.train.config import DataConfig, ExperimentConfig, LossConfig, TrainConfig
+from vsekit.lab.train.trainer import Trainer, load_run
 
 TRAIN = ["A dog runs on the grass .", "The black dog jumps", "a cat"]
 

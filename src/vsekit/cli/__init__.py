@@ -1,11 +1,13 @@
 """The ``vse`` command. Thin: parses arguments, calls the library, prints.
 
-One module per command group (``data``, ``weights``, ``features``, ``train``,
-``search`` for model/index/search/annotate/serve, ``tags``); each adds its sub-parser
-with ``@command``; a handler receives the parsed
-``argparse.Namespace`` and returns an exit code. Library errors that describe bad input
-(:class:`vsekit.data.DatasetError`, ``FileNotFoundError``, ``ValueError``) become a
-one-line ``vse: error: ...`` message and exit code 2, never a traceback.
+One module per command group: the core's (``index``, ``search``, ``annotate``,
+``serve``, ``model``, ``completion``) here, the research commands (``data``, ``weights``,
+``features``, ``train``, ``eval``, ``tags``, ``tag`` and the building sub-commands of
+``model``) in :mod:`vsekit.lab.cli`, found through entry points so that the core never
+imports the lab. Each adds its sub-parser with ``@command``; a handler receives the
+parsed ``argparse.Namespace`` and returns an exit code. Library errors that describe bad
+input (:class:`vsekit.errors.DatasetError`, ``FileNotFoundError``, ``ValueError``) become
+a one-line ``vse: error: ...`` message and exit code 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -14,17 +16,16 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from .. import __version__
-from . import (  # noqa: F401  (register commands)
+from vsekit import __version__
+from vsekit.cli import (  # noqa: F401  (register commands)
+    annotate,
     completion,
-    data,
-    features,
+    index,
+    model,
     search,
-    tags,
-    train,
-    weights,
+    serve,
 )
-from ._base import COMMANDS
+from vsekit.cli._base import COMMANDS, add_stub, load_plugins
 
 EXAMPLES = {
     "index": "vse index ~/Pictures                   # re-run to update; --exclude '*/raw/*'",
@@ -71,8 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"vsekit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    missing = load_plugins()
     for add in COMMANDS:
         add(sub)
+    for name, why in missing["vsekit.commands"].items():
+        if name not in sub.choices:
+            add_stub(sub, name, why)
     for name, top in sub.choices.items():
         if name in EXAMPLES:
             top.epilog = f"example:\n  {EXAMPLES[name]}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._base import command
+from vsekit.cli._base import command
 
 
 @command
@@ -55,7 +55,7 @@ def bash_script(parser: argparse.ArgumentParser) -> str:
 
 
 def _completion(args: argparse.Namespace) -> int:
-    from . import build_parser
+    from vsekit.cli import build_parser
 
     print(bash_script(build_parser()), end="")
     return 0

@@ -1,6 +1,6 @@
 """Photo-collection index: incremental indexing, exact and FAISS search, annotation."""
 
-from .collection import (
+from vsekit.index.collection import (
     Collection,
     CollectionError,
     Hit,
@@ -8,7 +8,7 @@ from .collection import (
     model_info,
     scan_media,
 )
-from .search import FaissSearcher, exact_search
+from vsekit.index.search import FaissSearcher, exact_search
 
 __all__ = [
     "Collection",

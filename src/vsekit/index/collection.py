@@ -6,7 +6,7 @@ Layout of an index directory::
     index.sqlite      meta (model, dim, generation, committed rows), files, segments, failed
     emb-<gen>.f32     float32 rows of ``dim`` columns, append-only within a generation
 
-A photo has one row. A video (:data:`vsekit.video.VIDEO_SUFFIXES`, with the ``[video]``
+A photo has one row. A video (:data:`vsekit.media.video.VIDEO_SUFFIXES`, with the ``[video]``
 extra) has one row for the whole clip (``files.row``, the mean of its frames) and one
 per segment of :data:`SEGMENT_SECONDS` (``segments``: file, row, start, end), from one
 frame every :data:`FRAME_EVERY` seconds. A search ranks files by their best row and
@@ -58,11 +58,18 @@ from pathlib import Path
 
 import numpy as np
 
-from ..fsio import atomic_write, exclusive_lock
-from ..images import IMAGE_SUFFIXES, ImageError, load_image
-from ..topk import dot_scores
-from ..video import INSTALL_HINT, VIDEO_SUFFIXES, Sampling, embed_video, is_video, video_support
-from .search import FAISS_MIN_ROWS, FaissSearcher, exact_search, rerank
+from vsekit.fsio import atomic_write, exclusive_lock
+from vsekit.index.search import FAISS_MIN_ROWS, FaissSearcher, exact_search, rerank
+from vsekit.media.images import IMAGE_SUFFIXES, ImageError, load_image
+from vsekit.media.video import (
+    INSTALL_HINT,
+    VIDEO_SUFFIXES,
+    Sampling,
+    embed_video,
+    is_video,
+    video_support,
+)
+from vsekit.topk import dot_scores
 
 INDEX_VERSION = 1
 DB_NAME = "index.sqlite"
@@ -604,7 +611,7 @@ class Collection:
 
     def _commit_batch(self, ok, vecs, errors, known, rep: UpdateReport, segs=None) -> None:
         """Append ``vecs`` (one row per file in ``ok``) and, for videos (``segs[j]`` a
-        :class:`~vsekit.video.VideoVectors`), their segment rows after them; then make
+        :class:`~vsekit.media.video.VideoVectors`), their segment rows after them; then make
         them reachable in one transaction."""
         if vecs.shape != (len(ok), self.dim):
             raise CollectionError(

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..runtime import BaseModel, ModelError, load_model
-from .collection import Collection, Hit, model_info
+from vsekit.index.collection import Collection, Hit, model_info
+from vsekit.runtime import BaseModel, ModelError, load_model
 
 MAX_QUERY_CHARS = 500
 MAX_K = 1000
@@ -65,7 +65,7 @@ def search_text_embedding(
 
 
 def text_query_bias(coll: Collection, model: BaseModel) -> np.ndarray | None:
-    """``[rows]``: minus each indexed image's CSLS penalty (:mod:`vsekit.hubness`),
+    """``[rows]``: minus each indexed image's CSLS penalty (:mod:`vsekit.runtime.hubness`),
     computed for new rows and cached in the index; None without hubness reduction."""
     hub = model.hubness
     if hub is None:

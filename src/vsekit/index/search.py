@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..topk import EXACT_CHUNK, ScoreFn, dot_scores, exact_search
+from vsekit.topk import EXACT_CHUNK, ScoreFn, dot_scores, exact_search
 
 __all__ = [
     "EXACT_CHUNK",
@@ -66,7 +66,7 @@ class FaissSearcher:
         """Write the FAISS index atomically (written beside, then renamed)."""
         import faiss
 
-        from ..fsio import atomic_write
+        from vsekit.fsio import atomic_write
 
         atomic_write(path, lambda tmp: faiss.write_index(self.index, str(tmp)))
 

@@ -1,6 +1,6 @@
 """What every model backend shares, with NumPy only: loading a bundle's metadata, the
 public encode / similarity / annotate / tags API and its batching. A backend
-(:class:`~vsekit.runtime.model.VSEModel` on PyTorch, :class:`~vsekit.runtime.onnx_model.
+(:class:`~vsekit.lab.torch_model.VSEModel` on PyTorch, :class:`~vsekit.runtime.onnx_model.
 OnnxModel` on ONNX Runtime) supplies three things: ``_encode_text_batch(texts)``,
 ``image_features(images)`` and ``encode_image_features(features)``.
 """
@@ -13,16 +13,16 @@ import os
 from collections.abc import Iterator, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from PIL import Image
 
-from ..features.fne import FNEStats
-from ..features.kinds import FEATURE_KINDS
-from ..hubness import Hubness, caption_bank_texts, read_hubness
-from ..video import Sampling, VideoVectors, embed_video, is_video
-from ..views import decode_size
+from vsekit.media.video import Sampling, VideoVectors, embed_video, is_video
+from vsekit.media.views import decode_size
+from vsekit.runtime.fne import FNEStats
+from vsekit.runtime.hubness import Hubness, caption_bank_texts, read_hubness
+from vsekit.runtime.kinds import FEATURE_KINDS
 
 BUNDLE_VERSION = 1
 DEFAULT_MODEL = "default"
@@ -110,7 +110,7 @@ def unit(x: np.ndarray) -> np.ndarray:
 
 
 def similarity_matrix(name: str, img: np.ndarray, txt: np.ndarray, abs_: bool) -> np.ndarray:
-    """``[N, M]`` with the model's similarity (see :mod:`vsekit.similarity`)."""
+    """``[N, M]`` with the model's similarity (see :mod:`vsekit.lab.similarity`)."""
     if name == "cosine":
         return img @ txt.T
     if name == "euclidean":
@@ -202,7 +202,7 @@ class BaseModel:
 
     @property
     def text_vocabulary(self):
-        """The :class:`~vsekit.data.Vocabulary` of a word-level text encoder, else None."""
+        """The :class:`~vsekit.lab.data.Vocabulary` of a word-level text encoder, else None."""
         return None
 
     def unknown_words(self, text: str) -> tuple[list[str], list[str]]:
@@ -211,7 +211,7 @@ class BaseModel:
         vocab = self.text_vocabulary
         if vocab is None:
             return [], []
-        from ..data.tokenizer import tokenize
+        from vsekit.text.tokenizer import tokenize
 
         words = [w for w in tokenize(text) if any(c.isalnum() for c in w)]
         return [w for w in words if w in vocab], [w for w in words if w not in vocab]
@@ -245,7 +245,6 @@ class BaseModel:
         images: ImageInput | Sequence[ImageInput],
         batch_size: int = 16,
         normalize: bool = True,
-        convert_to: Literal["numpy", "torch"] = "numpy",
         show_progress: bool = False,
     ):
         """Paths or PIL images -> ``[N, D]`` float32 (one input -> ``[D]``).
@@ -262,14 +261,13 @@ class BaseModel:
             a += len(batch)
             bar.update(len(batch))
         bar.close()
-        return _convert(out[0] if single else out, convert_to)
+        return out[0] if single else out
 
     def encode_text(
         self,
         texts: str | Sequence[str],
         batch_size: int = 256,
         normalize: bool = True,
-        convert_to: Literal["numpy", "torch"] = "numpy",
         show_progress: bool = False,
     ):
         """Raw sentences -> ``[M, D]`` float32 (one string -> ``[D]``)."""
@@ -286,7 +284,7 @@ class BaseModel:
         bar.close()
         out = np.concatenate(chunks) if chunks else np.zeros((0, self.embed_dim), np.float32)
         out = unit(out) if normalize else out
-        return _convert(out[0] if single else out, convert_to)
+        return out[0] if single else out
 
     def similarity(self, image_emb, text_emb) -> np.ndarray:
         """``[N, D] x [M, D] -> [N, M]`` with the model's own similarity (cosine, order
@@ -301,7 +299,7 @@ class BaseModel:
     # -- hubness reduction (CSLS) ---------------------------------------------------
     @property
     def hubness(self) -> Hubness | None:
-        """The bundle's hubness reduction (:mod:`vsekit.hubness`), or None if it ships
+        """The bundle's hubness reduction (:mod:`vsekit.runtime.hubness`), or None if it ships
         none. Its caption bank (every ``caption_stride``-th caption of the pool) is
         embedded on first use and cached on disk, like the caption pool."""
         if self._hub is None:
@@ -318,7 +316,7 @@ class BaseModel:
                 if bank.shape[1] != self.embed_dim:
                     raise ModelError(f"{self.path}: hubness image bank has {bank.shape[1]} "
                                      f"columns, the model embeds in {self.embed_dim}")  # fmt: skip
-                from .captions import CaptionPool
+                from vsekit.runtime.captions import CaptionPool
 
                 texts = caption_bank_texts(self.captions, cfg.caption_stride)
                 pool = CaptionPool(self, texts, cache=True)
@@ -357,7 +355,7 @@ class BaseModel:
     def caption_pool(self):
         """The model's captions with their embeddings (computed once, cached on disk)."""
         if self._pool is None:
-            from .captions import CaptionPool
+            from vsekit.runtime.captions import CaptionPool
 
             self._pool = CaptionPool(self)
         return self._pool
@@ -372,7 +370,7 @@ class BaseModel:
     ) -> VideoVectors:
         """A video file -> its embeddings: one frame every ``every`` seconds goes through
         the photo path, then the frames' unit embeddings are averaged per segment of
-        ``segment_seconds`` and over the clip (:func:`vsekit.video.embed_video`).
+        ``segment_seconds`` and over the clip (:func:`vsekit.media.video.embed_video`).
         ``with_features``: also the clip's mean image features (for tags).
         Needs the ``[video]`` extra."""
 
@@ -415,13 +413,14 @@ class BaseModel:
         return out[0] if single else out
 
     def _tag_word_vectors(self) -> tuple[np.ndarray, list[bool]]:
-        """``([T, D] word vectors, [T] known)`` of the tagger's tags: shipped in the bundle,
-        else from GloVe (a compound noun is the mean of its words)."""
+        """``([T, D] word vectors, [T] known)`` of the tagger's tags, shipped in the bundle
+        (``tagger.safetensors``). The torch backend can also make them from GloVe for a
+        bundle that lacks them; the core cannot."""
         if self._tag_table is None:
-            from ..text.glove import tag_vectors
-
-            vecs, known = tag_vectors(self.tagger[1])
-            self._tag_table = (np.asarray(vecs, np.float32), known.tolist())
+            raise ModelError(
+                f"{self.path}: the tagger has no word vectors for its tags; re-export the "
+                "bundle with vsekit[train] (vse model export --tagger)"
+            )
         return self._tag_table
 
     @property
@@ -459,16 +458,6 @@ class BaseModel:
         p = 1.0 / (1.0 + np.exp(-s))
         return [[(known_names[j], float(row[j])) for j in idx if row[j] >= thr]
                 for row, idx in zip(p, top)]  # noqa: B905  # fmt: skip
-
-
-def _convert(x: np.ndarray, convert_to: str):
-    if convert_to == "numpy":
-        return x
-    if convert_to == "torch":
-        import torch
-
-        return torch.from_numpy(x)
-    raise ValueError(f"convert_to: use numpy | torch, not {convert_to!r}")
 
 
 class _NoBar:

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..fsio import atomic_write, cache_dir, np_bytes
-from ..topk import exact_search
+from vsekit.fsio import atomic_write, cache_dir, np_bytes
+from vsekit.topk import exact_search
 
 if TYPE_CHECKING:
-    from .base import BaseModel
+    from vsekit.runtime.base import BaseModel
 
 
 class CaptionPool:

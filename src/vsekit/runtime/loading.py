@@ -1,13 +1,33 @@
-"""Choosing and loading a model backend: :func:`load_model` and :func:`list_models`
-(no PyTorch needed unless the torch backend is chosen)."""
+"""Choosing and loading a model backend: :func:`load_model` and :func:`list_models`.
+
+The core's backend is ONNX Runtime. Other backends plug in from above through the
+``vsekit.backends`` entry-point group (the lab registers ``torch``); the core names them
+only as strings, so it never imports PyTorch."""
 
 from __future__ import annotations
 
 import os
 
-from .base import DEFAULT_MODEL, BaseModel, ModelError, bundle_dir
+from vsekit.runtime.base import DEFAULT_MODEL, BaseModel, ModelError, bundle_dir
 
 BACKENDS = ("auto", "onnx", "torch")
+
+
+def plugin_backend(name: str):
+    """The model class registered under ``name`` in the ``vsekit.backends`` entry points;
+    a one-line :class:`ModelError` when it is not installed or its extra is missing."""
+    from importlib.metadata import entry_points
+
+    eps = [ep for ep in entry_points(group="vsekit.backends") if ep.name == name]
+    if not eps:
+        raise ModelError(f"backend {name!r} is not installed (pip install 'vsekit[train]')")
+    try:
+        return eps[0].load()
+    except ImportError as e:
+        raise ModelError(
+            f"the {name} backend needs PyTorch (pip install 'vsekit[train]'); without it, "
+            f"use a bundle with its ONNX files ({e})"
+        ) from e
 
 
 def list_models() -> list[str]:
@@ -39,20 +59,17 @@ def load_model(
         raise ValueError(f"backend: use {' | '.join(BACKENDS)}, not {backend!r}")
     path = bundle_dir(name_or_path)
     if backend == "auto":
-        from .onnx_model import onnx_available
+        from vsekit.runtime.onnx_model import onnx_available
 
         backend = "onnx" if onnx_available(path) else "torch"
     if backend == "onnx":
-        from .onnx_model import OnnxModel
+        from vsekit.runtime.onnx_model import OnnxModel
 
         return OnnxModel.load(path, precision=precision)
     if precision == "int8":
         raise ModelError(f"{path}: int8 runs on ONNX Runtime only; use backend='onnx'")
     try:
-        from .model import VSEModel
-    except ImportError as e:
-        raise ModelError(
-            f"{path}: the torch backend needs PyTorch (pip install 'vsekit[train]'); "
-            f"without it, give the bundle its ONNX files (`vse model onnx`) ({e})"
-        ) from e
-    return VSEModel.load(path, device=device)
+        cls = plugin_backend(backend)
+    except ModelError as e:
+        raise ModelError(f"{path}: {e}") from e
+    return cls.load(path, device=device)

@@ -8,7 +8,7 @@ built it. A bundle may hold only the int8 image graph (``vse model onnx --int8-o
 as the shipped default does); fp32 is then still loadable for text (an fp32 index is
 searched with it), and encoding an image says which graph is missing. Text is tokenised and
 looked up in the bundle's vocabulary in Python; images are decoded and cropped with PIL
-and NumPy (:mod:`vsekit.views`), exactly as the PyTorch path does.
+and NumPy (:mod:`vsekit.media.views`), exactly as the PyTorch path does.
 """
 
 from __future__ import annotations
@@ -21,11 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..data.tokenizer import tokenize
-from ..data.vocab import Vocabulary
-from ..images import load_image
-from ..views import crop_views_array
-from .base import (
+from vsekit.media.images import load_image
+from vsekit.media.views import crop_views_array
+from vsekit.runtime.base import (
     TOKENIZER_FILE,
     BaseModel,
     ImageInput,
@@ -34,6 +32,8 @@ from .base import (
     read_bundle_extras,
     unit,
 )
+from vsekit.text.tokenizer import tokenize
+from vsekit.text.vocab import Vocabulary
 
 ONNX_FILES = ("text.onnx", "onnx.json")  # and at least one of IMAGE_FILES
 PRECISIONS = ("fp32", "int8")
@@ -139,7 +139,7 @@ class OnnxModel(BaseModel):
         self._text_inputs = list(meta.get("text_inputs", ["ids", "lengths"]))
         self._pieces = None
         if "input_ids" in self._text_inputs:
-            from ..data.wordpiece import WordPieceTokenizer
+            from vsekit.text.wordpiece import WordPieceTokenizer
 
             self._pieces = WordPieceTokenizer(path / TOKENIZER_FILE)
         self._threads = threads
@@ -156,6 +156,8 @@ class OnnxModel(BaseModel):
         """``precision``: ``fp32`` (the image graph as trained), ``int8`` or None (the
         bundle's default)."""
         path = bundle_dir(name)
+        if threads is None and os.environ.get("VSEKIT_THREADS", "").isdigit():
+            threads = int(os.environ["VSEKIT_THREADS"]) or None  # set by `vse ... --threads`
         missing = _missing(path)
         if missing:
             raise ModelError(

@@ -39,9 +39,8 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingRes
 from PIL import Image
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..images import ImageError, ImageTooLarge, load_image
-from ..index.collection import Collection, FileChanged, FileNotIndexed, Hit
-from ..index.query import (
+from vsekit.index.collection import Collection, FileChanged, FileNotIndexed, Hit
+from vsekit.index.query import (
     MAX_K,
     MAX_QUERY_CHARS,
     check_query,
@@ -49,9 +48,10 @@ from ..index.query import (
     search_text_embedding,
     search_vector,
 )
-from ..runtime import BaseModel
-from ..video import frame_at, is_video
-from .guard import GuardConfig, add_guards
+from vsekit.media.images import ImageError, ImageTooLarge, load_image
+from vsekit.media.video import frame_at, is_video
+from vsekit.runtime import BaseModel
+from vsekit.serve.guard import GuardConfig, add_guards
 
 BACKBONE_SLOTS = 2
 THUMB_SIZE = 256

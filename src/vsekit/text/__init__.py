@@ -1,15 +1,2 @@
-"""Text encoders and word vectors."""
-
-from .encoders import (
-    TextEncoderConfig,
-    create_text_encoder,
-    list_text_encoders,
-    register_text_encoder,
-)
-
-__all__ = [
-    "TextEncoderConfig",
-    "create_text_encoder",
-    "list_text_encoders",
-    "register_text_encoder",
-]
+"""Text for the core: tokenizer, vocabulary, word pieces and the vocabulary expansion
+(NumPy only; the trainable text encoders live in :mod:`vsekit.lab.text`)."""

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..data.vocab import Vocabulary
+from vsekit.text.vocab import Vocabulary
 
 #: words that can be tokens of a query: lower-case letters, inner hyphens or apostrophes
 _WORD = re.compile(r"^[a-z]+(?:[-'][a-z]+)*$")

@@ -1,0 +1,74 @@
+"""``vse index``: embed every photo and video under a folder, incrementally."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from vsekit.cli._base import DEFAULT_INDEX, command, load_model, positive_int, set_threads
+
+
+@command
+def _add_index(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("index", help="embed every photo and video under a folder (incremental)")
+    p.add_argument("folder", help="folder of photos (searched recursively)")
+    p.add_argument("--model", default="default", help="model bundle or run (default: shipped)")
+    p.add_argument("--index", default=DEFAULT_INDEX, help=f"index directory ({DEFAULT_INDEX})")
+    p.add_argument("--batch-size", type=positive_int, default=16)
+    p.add_argument(
+        "--threads", type=positive_int, help="CPU threads for the model (default: all cores)"
+    )
+    p.add_argument("--rebuild", action="store_true", help="delete the index and start again")
+    p.add_argument(
+        "--repair",
+        action="store_true",
+        help="keep what a damaged index still holds and re-embed only what is missing",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="skip files whose path below the folder matches (repeatable), e.g. '*/raw/*'",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(handler=_index)
+
+
+def _index(args: argparse.Namespace) -> int:
+    from vsekit.index import Collection, model_info
+    from vsekit.index.query import text_query_bias
+
+    if args.threads:
+        set_threads(args.threads)
+    index = Path(args.index).expanduser()
+    if not Path(args.folder).expanduser().is_dir():  # before any index is created
+        raise ValueError(f"{args.folder}: not a folder")
+    if args.rebuild and args.repair:
+        raise ValueError("--rebuild and --repair: choose one")
+    model = load_model(args.model)
+    if args.rebuild and index.exists():
+        shutil.rmtree(index)
+    coll = Collection(index, model_info(model, args.model), repair=args.repair)
+    rep = coll.update(
+        args.folder,
+        model.encode_image,
+        args.batch_size,
+        not args.quiet and not args.json,
+        reduce_to=model.decode_size,
+        exclude=args.exclude,
+    )
+    text_query_bias(coll, model)  # each photo's CSLS penalty, cached for `vse search`
+    for path, err in rep.failed:
+        note = f"skipped {path}: {err}" if not err.startswith(path) else f"skipped {err}"
+        print(note, file=sys.stderr)
+    if args.json:
+        print(json.dumps({"index": str(index), "images": len(coll), **asdict(rep)}, indent=2))
+    else:
+        print(f"{index}: {rep.summary()}; {len(coll)} images indexed")
+    return 0

@@ -1,0 +1,82 @@
+"""The Python API over a photo index: :func:`open_index`, used by the CLI and the service.
+
+index = vsekit.open_index("~/.cache/vsekit/index")
+index.add("~/Pictures")                  # embed new and changed photos
+for hit in index.search("a dog on a beach", k=5):
+    print(hit.score, hit.path)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from PIL import Image
+
+from vsekit.index.collection import Collection, Hit, UpdateReport, model_info
+from vsekit.index.query import open_collection, search_image, search_text, text_query_bias
+from vsekit.runtime import BaseModel, load_model
+
+
+class PhotoIndex:
+    """A folder index and the model it was built with (loaded once)."""
+
+    def __init__(self, collection: Collection, model: BaseModel, model_name: str) -> None:
+        self.collection = collection
+        self.model = model
+        self.model_name = model_name
+
+    def __len__(self) -> int:
+        return len(self.collection)
+
+    @property
+    def path(self) -> Path:
+        return self.collection.path
+
+    def add(
+        self,
+        folder: str | os.PathLike,
+        batch_size: int = 16,
+        progress: bool = False,
+        exclude: Sequence[str] = (),
+    ) -> UpdateReport:
+        """Embed the photos and videos under ``folder`` that are new or changed, drop the
+        ones that are gone, and store each new photo's hubness penalty."""
+        rep = self.collection.update(
+            folder,
+            self.model.encode_image,
+            batch_size,
+            progress,
+            reduce_to=self.model.decode_size,
+            exclude=exclude,
+        )
+        text_query_bias(self.collection, self.model)
+        return rep
+
+    def search(
+        self, query: str | os.PathLike | Image.Image, k: int = 20, method: str = "auto"
+    ) -> list[Hit]:
+        """Photos best matching ``query``: a sentence (``str``), or an image (a
+        :class:`pathlib.Path` or a PIL image) for photos that look like it."""
+        if isinstance(query, str):
+            return search_text(self.collection, self.model, query, k, method)
+        return search_image(self.collection, self.model, query, k, method)
+
+    def close(self) -> None:
+        self.collection.close()
+
+
+def open_index(
+    path: str | os.PathLike, model: str | None = None, create: bool = False
+) -> PhotoIndex:
+    """The index at ``path`` with the model it was built with (or ``model``, which must
+    have the same fingerprint). ``create=True`` makes a new, empty index for ``model``
+    (default: the shipped default model) when ``path`` holds none."""
+    path = Path(path).expanduser()
+    if create and not (path / "index.sqlite").exists():
+        name = model or "default"
+        m = load_model(name)
+        return PhotoIndex(Collection(path, model_info(m, name)), m, name)
+    coll, m = open_collection(path, model)
+    return PhotoIndex(coll, m, model or coll.model_name)

@@ -1,0 +1,234 @@
+"""``vse model export | pin | onnx | expand-vocab``: the sub-commands of ``vse model``
+that need PyTorch (registered with the core's ``vse model`` through an entry point)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from vsekit.cli._base import model_command, positive_int
+
+
+@model_command
+def _add_export(msub: argparse._SubParsersAction) -> None:
+    e = msub.add_parser(
+        "export",
+        help="package a training run as a model bundle (several runs: their ensemble)",
+        epilog="example:\n  vse model export runs/gru runs/minilm models/gru+minilm --weights 1,1",
+    )
+    e.add_argument(
+        "run", nargs="+", help="training run directory; two or more: one ensemble bundle"
+    )
+    e.add_argument("out", help="bundle directory to write")
+    e.add_argument("--checkpoint", default="best", choices=["best", "last"])
+    e.add_argument("--fp32", action="store_true", help="keep float32 weights (default float16)")
+    e.add_argument(
+        "--captions-from", help="dataset whose captions become the annotation pool (its --split)"
+    )
+    e.add_argument("--split", default="train", help="split of --captions-from (default train)")
+    e.add_argument("--tagger", help="a tag-ranking run on the same image features, to ship too")
+    e.add_argument(
+        "--weights",
+        help="an ensemble's similarity weights, comma-separated (default: equal)",
+    )
+    e.set_defaults(handler=_model_export)
+
+
+@model_command
+def _add_pin(msub: argparse._SubParsersAction) -> None:
+    pin = msub.add_parser(
+        "pin",
+        help="record the installed backbone weights' sha256 in a bundle that lacks it "
+        "(only after they classify the test photos correctly)",
+    )
+    pin.add_argument("bundle", help="model bundle directory")
+    pin.add_argument("--weights", default="auto", help="weights file (default: installed)")
+    pin.set_defaults(handler=_model_pin)
+
+
+@model_command
+def _add_onnx(msub: argparse._SubParsersAction) -> None:
+    ox = msub.add_parser(
+        "onnx", help="write a bundle's encoders as ONNX graphs, for ONNX Runtime (no PyTorch)"
+    )
+    ox.add_argument("bundle", help="model bundle directory, or 'default'")
+    ox.add_argument(
+        "--storage",
+        choices=("fp16", "fp32"),
+        default="fp16",
+        help="weights: fp16 (stored half, computed fp32) or fp32",
+    )
+    ox.add_argument(
+        "--text-int8",
+        action="store_true",
+        help="quantise a pretrained text transformer (MiniLM) in text.onnx dynamically: int8 "
+        "weights per channel, half its fp16 size",
+    )
+    ox.add_argument(
+        "--int8",
+        action="store_true",
+        help="also image.int8.onnx: the image graph quantised statically (ONNX Runtime), "
+        "calibrated on --calibrate; load_model(precision='int8') runs it",
+    )
+    ox.add_argument(
+        "--int8-default", action="store_true", help="make the int8 image graph the default"
+    )
+    ox.add_argument(
+        "--int8-only",
+        action="store_true",
+        help="write the int8 image graph alone, as the default (no image.onnx: half the "
+        "image side's size; fp32 images then need the torch backend or a re-export)",
+    )
+    ox.add_argument("--calibrate", help="dataset whose train split calibrates int8")
+    ox.add_argument("--calibration-images", type=positive_int, default=200)
+    ox.add_argument(
+        "--calibration-method", choices=("minmax", "percentile", "entropy"), default="minmax"
+    )
+    ox.add_argument(
+        "--keep-float",
+        choices=("none", "stem", "head", "stem-head"),
+        default="none",
+        help="int8: leave the first convolution (stem) and/or the projection (head) in float",
+    )
+    ox.add_argument(
+        "--moving-average", action="store_true", help="int8 minmax: moving-average ranges"
+    )
+    ox.add_argument(
+        "--preprocess",
+        action="store_true",
+        help="int8: ONNX Runtime's quant_pre_process first (fold batch norms, fuse)",
+    )
+    ox.set_defaults(handler=_model_onnx)
+
+
+@model_command
+def _add_expand_vocab(msub: argparse._SubParsersAction) -> None:
+    ev = msub.add_parser(
+        "expand-vocab",
+        help="give words the captions never used vectors: a linear map from GloVe into the "
+        "model's word space (Kiros et al. 2014)",
+    )
+    ev.add_argument("bundle", help="model bundle directory, or 'default'")
+    ev.add_argument("--top", type=positive_int, default=100_000,
+                    help="add the N most frequent GloVe words the vocabulary lacks")  # fmt: skip
+    ev.add_argument("--ridge", type=float, default=1e-2, help="L2 penalty of the fitted map")
+    ev.add_argument(
+        "--if-missing", action="store_true", help="do nothing if it is already expanded"
+    )
+    ev.set_defaults(handler=_model_expand_vocab)
+
+
+def _model_expand_vocab(args: argparse.Namespace) -> int:
+    from vsekit.lab.models.factory import word_encoders
+    from vsekit.lab.text.glove import load_glove
+    from vsekit.lab.torch_model import VSEModel, write_expansion
+    from vsekit.lab.train.onnx_export import export_onnx
+    from vsekit.text.expansion import expand_vocabulary
+
+    model = VSEModel.load(args.bundle, device="cpu")
+    if model.expansion is not None:
+        if args.if_missing:
+            print(f"{model.path}: already expanded ({len(model.expansion[0]):,} words)")
+            return 0
+        raise ValueError(f"{model.path}: the vocabulary is already expanded")
+    encs = word_encoders(model.model)
+    if not encs:
+        raise ValueError(f"{model.path}: no word-level text encoder to expand")
+    index, vectors = load_glove()
+    fits = {p: expand_vocabulary(e.vocab, e.embed.weight.detach().cpu().numpy(), index, vectors,
+                                 args.top, args.ridge) for p, e in encs}  # fmt: skip
+    exp = fits[encs[0][0]]  # the words depend only on the (shared) vocabulary and GloVe
+    if len(encs) > 1:  # an ensemble: one map per member's learned word space
+        exp.vectors = {p: f.vectors for p, f in fits.items()}
+        exp.info = dict(exp.info, members={p: f.info for p, f in fits.items()})
+    onnx_meta = model.path / "onnx.json"
+    prev = json.loads(onnx_meta.read_text()) if onnx_meta.is_file() else None
+    write_expansion(model.path, exp.words, exp.vectors, exp.info)
+    if prev is not None:  # the text graph holds the word table: make it again
+        export_onnx(VSEModel.load(model.path, device="cpu"), model.path,
+                    text_int8=prev.get("text_storage") == "int8")  # fmt: skip
+    print(
+        f"{model.path}: {len(exp.words):,} words added (map fitted on {exp.info['fitted_on']:,} "
+        f"training words, held-out R^2 {exp.info['r2_held_out']:.3f})"
+        + ("; ONNX files re-made (add --int8 again if you used it)" if prev else "")
+    )
+    return 0
+
+
+def _model_export(args: argparse.Namespace) -> int:
+    from vsekit.lab.train.export import attach_tagger, ensemble_from_models, model_from_run
+
+    models = [model_from_run(r, args.checkpoint) for r in args.run]
+    if args.weights and len(models) == 1:
+        raise ValueError("--weights: only for an ensemble (two or more runs)")
+    weights = [float(w) for w in args.weights.split(",")] if args.weights else None
+    m = models[0] if len(models) == 1 else ensemble_from_models(models, weights)
+    if args.tagger:
+        attach_tagger(m, args.tagger)
+    captions: list[str] = []
+    if args.captions_from:
+        from vsekit.lab.data import load_dataset
+
+        ds = load_dataset(args.captions_from).split(args.split)
+        captions = list(ds.texts)
+    out = m.save(args.out, half=not args.fp32, captions=captions)
+    size = sum(f.stat().st_size for f in out.iterdir())
+    print(f"wrote {out} ({size / 1e6:.1f} MB, {len(captions)} captions)")
+    return 0
+
+
+def _model_pin(args: argparse.Namespace) -> int:
+    from vsekit.fsio import atomic_write
+    from vsekit.lab.features import create_backbone
+    from vsekit.lab.features.check import check_backbone
+
+    path = Path(args.bundle) / "bundle.json"
+    info = json.loads(path.read_text())
+    spec = info["image"]
+    if spec.get("weights_sha256"):
+        raise ValueError(f"{path}: already pinned to weights sha256 {spec['weights_sha256']}")
+    net = create_backbone(spec["backbone"], weights=args.weights)
+    ok, _ = check_backbone(net)
+    if not ok:
+        raise ValueError(f"{net.weights_source}: fails `vse weights check`; not pinning")
+    spec.update(net.identity(int(spec["crops"])))
+    atomic_write(path, json.dumps(info, indent=2) + "\n")
+    print(f"{path}: pinned {spec['backbone']} weights sha256 {net.weights_sha256}")
+    return 0
+
+
+def _model_onnx(args: argparse.Namespace) -> int:
+    from vsekit.lab.torch_model import VSEModel
+    from vsekit.lab.train.onnx_export import export_onnx
+
+    model = VSEModel.load(args.bundle, device="cpu")
+    calibration = None
+    for flag in ("int8_default", "int8_only"):
+        if getattr(args, flag) and not args.int8:
+            raise ValueError(f"--{flag.replace('_', '-')} needs --int8")
+    if args.int8:
+        if not args.calibrate:
+            raise ValueError("--int8 needs --calibrate DATASET (its train split)")
+        from vsekit.lab.data import load_dataset
+
+        train = load_dataset(args.calibrate).split("train")
+        step = max(1, len(train.images) // args.calibration_images)
+        calibration = [im.path for im in train.images[::step][: args.calibration_images]]
+    meta = export_onnx(
+        model,
+        model.path,
+        storage=args.storage,
+        calibration=calibration,
+        calibration_method=args.calibration_method,
+        keep_float=args.keep_float,
+        moving_average=args.moving_average,
+        preprocess=args.preprocess,
+        int8_default=args.int8_default,
+        int8_only=args.int8_only,
+        text_int8=args.text_int8,
+    )
+    for name in meta["sha256"]:
+        size = (model.path / name).stat().st_size / 1e6
+        print(f"{model.path / name}: {size:.1f} MB")
+    return 0

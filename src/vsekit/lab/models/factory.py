@@ -1,0 +1,146 @@
+"""Model kinds by name: every trainer, evaluator and bundle builds models through here.
+
+Contract of a model (see :mod:`vsekit.lab.models.joint`): ``encode_images(features)``,
+``encode_texts(texts)``, ``similarity(img, txt)``, ``embed_dim``, and
+``training_outputs(features, texts)``, the pair its loss compares. Each kind has its own
+config dataclass (``config_class``); a config's ``model`` section is parsed into the one
+its ``kind`` names, so an option of another kind is an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from vsekit.config import _coerce
+from vsekit.lab.models.bilinear import BilinearConfig, BilinearTagger
+from vsekit.lab.models.conse import ConSEConfig, ConSEEmbedding
+from vsekit.lab.models.dot import UnitDotModel
+from vsekit.lab.models.joint import JointConfig, JointEmbedding
+from vsekit.lab.models.w2vv import W2VVConfig, Word2VisualVec
+from vsekit.lab.text.encoders import TextEncoderConfig
+from vsekit.registry import Registry
+from vsekit.text.vocab import Vocabulary
+
+
+@dataclass
+class EnsembleConfig:
+    """The model section of a ``kind: ensemble`` bundle: member model sections, trained
+    separately on the same image features, and the weight of each one's similarity."""
+
+    kind: str = "ensemble"
+    members: list[dict] = field(default_factory=list)  # each a model section (joint, ...)
+    weights: list[float] = field(default_factory=list)  # default: equal; normalised to sum 1
+    similarity: str = "cosine"  # the members' own (each must be cosine)
+
+
+ModelConfig = JointConfig | W2VVConfig | BilinearConfig | EnsembleConfig | ConSEConfig
+
+
+class EnsembleEmbedding(UnitDotModel, nn.Module):
+    """Several cosine models as one: the weighted mean of their similarities.
+
+    With unit member embeddings ``i_k``, ``t_k`` and weights ``w_k`` summing to 1,
+
+        sum_k w_k cos(i_k, t_k) = < [sqrt(w_1) i_1; ...], [sqrt(w_1) t_1; ...] >
+
+    and both concatenations are unit vectors, so the ensemble is a cosine model of
+    dimension ``sum_k D_k``: an index, its search and the ONNX graphs work unchanged.
+    The members share the image features, so an ensemble of text towers costs one
+    backbone pass per image at indexing time.
+    """
+
+    config_class = EnsembleConfig
+
+    def __init__(self, img_dim: int, vocab: Vocabulary, cfg: EnsembleConfig) -> None:
+        super().__init__()
+        if len(cfg.members) < 2:
+            raise ValueError("model.members: an ensemble needs at least 2 member models")
+        weights = list(cfg.weights) or [1.0] * len(cfg.members)
+        if len(weights) != len(cfg.members) or min(weights) <= 0:
+            raise ValueError(f"model.weights: {len(cfg.members)} positive numbers, not {weights}")
+        parsed = [model_config(m, f"model.members[{k}]") for k, m in enumerate(cfg.members)]
+        for k, m in enumerate(parsed):
+            if getattr(m, "similarity", None) != "cosine":
+                raise ValueError(f"model.members[{k}]: an ensemble member must use cosine")
+        self.cfg = cfg
+        self.members = nn.ModuleList(create_model(img_dim, vocab, m) for m in parsed)
+        self.scales = [math.sqrt(w / sum(weights)) for w in weights]
+        self.embed_dim = sum(m.embed_dim for m in self.members)
+
+    @property
+    def device(self) -> torch.device:
+        return self.members[0].device
+
+    def encode_images(self, features: torch.Tensor) -> torch.Tensor:
+        return torch.cat(
+            [s * m.encode_images(features) for s, m in zip(self.scales, self.members, strict=True)],
+            1,
+        )
+
+    def encode_texts(self, texts: Sequence[str]) -> torch.Tensor:
+        return torch.cat(
+            [s * m.encode_texts(texts) for s, m in zip(self.scales, self.members, strict=True)], 1
+        )
+
+
+MODELS: Registry[type[nn.Module]] = Registry("model")
+MODELS.register("joint")(JointEmbedding)
+MODELS.register("w2vv")(Word2VisualVec)
+MODELS.register("bilinear")(BilinearTagger)
+MODELS.register("ensemble")(EnsembleEmbedding)
+MODELS.register("conse")(ConSEEmbedding)
+list_models = MODELS.names
+
+
+def text_encoders(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """``(state-dict prefix, encoder)`` of every text encoder in ``model`` (an ensemble
+    has one per member), e.g. ``[("members.0.text.", GRUEncoder)]``."""
+    if isinstance(model, EnsembleEmbedding):
+        return [(f"members.{k}.{p}", e) for k, m in enumerate(model.members)
+                for p, e in text_encoders(m)]  # fmt: skip
+    enc = getattr(model, "text", None)
+    return [("text.", enc)] if enc is not None else []
+
+
+def word_encoders(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The model's word-level recurrent text encoders (each a vocabulary and a word table;
+    what vocabulary expansion extends) with their state-dict prefixes."""
+    return [(p, e) for p, e in text_encoders(model) if hasattr(e, "rnn")]
+
+
+def word_encoder(model: nn.Module) -> tuple[str, nn.Module] | None:
+    """The first of :func:`word_encoders` (an ensemble's members share one vocabulary)."""
+    return next(iter(word_encoders(model)), None)
+
+
+# the single model section every kind shared before per-kind sections, with its defaults
+_LEGACY_DEFAULTS = {"text": dataclasses.asdict(TextEncoderConfig()), "similarity": "cosine",
+                    "abs": False, "img_dropout": 0.0, "img_noise": 0.0, "hidden": [],
+                    "dropout": 0.0, "out_relu": True}  # fmt: skip
+
+
+def upgrade_model_section(d: dict) -> dict:
+    """A model section stored by a run or bundle from before per-kind sections, without
+    the shared options its kind does not read (they held their defaults)."""
+    kind = d.get("kind", "joint")
+    if kind not in MODELS:
+        return d
+    known = set(MODELS.get(kind).config_class.__dataclass_fields__)
+    return {k: v for k, v in d.items() if k in known or _LEGACY_DEFAULTS.get(k, ...) != v}
+
+
+def model_config(d: Any, where: str = "model") -> ModelConfig:
+    """Parse a model section into its kind's config dataclass; an unknown kind or an
+    option of another kind raises ConfigError naming the field."""
+    return _coerce(d, ModelConfig, where)
+
+
+def create_model(img_dim: int, vocab: Vocabulary, cfg: ModelConfig) -> nn.Module:
+    return MODELS.get(cfg.kind)(img_dim, vocab, cfg)

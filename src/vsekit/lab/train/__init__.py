@@ -1,0 +1,14 @@
+"""Training: configs, the trainer, checkpoints."""
+
+from vsekit.lab.train.config import ConfigError, ExperimentConfig, load_config
+from vsekit.lab.train.trainer import TrainData, Trainer, load_run, train
+
+__all__ = [
+    "ConfigError",
+    "ExperimentConfig",
+    "TrainData",
+    "Trainer",
+    "load_config",
+    "load_run",
+    "train",
+]

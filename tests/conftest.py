@@ -76,3 +76,21 @@ def make_tiny_model(captions: list[str] | None = None, seed: int = 0):
                   "features": "baseline", "baseline_layer": "fc", "fne": None},
     }  # fmt: skip
     return VSEModel(model, info, captions=captions)
+
+
+def hubness_bundle(tmp_path: Path, n_photos: int = 6):
+    """A tiny model with hubness reduction (its image bank: the photos' own embeddings,
+    reversed) and ``n_photos`` photos: ``(bundle dir, photos dir)``."""
+    import vsekit
+    from vsekit.runtime.hubness import HubnessConfig, write_hubness
+
+    captions = ["a dog runs", "a red car", "people in snow", "a cat", "a bike", "a rock"]
+    bundle = make_tiny_model(captions).save(tmp_path / "m")
+    photos = tmp_path / "photos"
+    for i in range(n_photos):
+        write_image(photos / f"{i}.jpg", seed=i)
+    m0 = vsekit.load_model(str(bundle), backend="torch")
+    bank = m0.encode_image([str(p) for p in sorted(photos.iterdir())])
+    write_hubness(bundle, HubnessConfig(beta=1.0, k_text=2, k_image=2, caption_stride=1),
+                  bank[::-1], {})  # fmt: skip
+    return bundle, photos

@@ -134,24 +134,20 @@ def test_bundle_files_and_model_ranking(tmp_path):
 
 def test_index_search_ranks_by_csls_and_caches_penalties(tmp_path):
     import vsekit
+    from tests.conftest import hubness_bundle
     from vsekit.index import Collection, model_info
-    from vsekit.index.query import search_text, text_query_bias
+    from vsekit.index.query import search_text, store_caches, text_query_bias
 
-    captions = ["a dog runs", "a red car", "people in snow", "a cat", "a bike", "a rock"]
-    bundle = make_tiny_model(captions).save(tmp_path / "m")
-    photos = tmp_path / "photos"
-    for i in range(6):
-        write_image(photos / f"{i}.jpg", seed=i)
-    m0 = vsekit.load_model(str(bundle), backend="torch")
-    bank = m0.encode_image([str(p) for p in sorted(photos.iterdir())])
-    write_hubness(bundle, HubnessConfig(beta=1.0, k_text=2, k_image=2, caption_stride=1),
-                  bank[::-1], {})  # fmt: skip
+    bundle, photos = hubness_bundle(tmp_path)
     m = vsekit.load_model(str(bundle), backend="torch")
     coll = Collection(tmp_path / "idx", model_info(m, str(bundle)))
     coll.update(photos, m.encode_image, progress=False)
     key = m.hubness.key
     pen = coll.row_penalties(m.image_penalty, key)
-    assert (tmp_path / "idx" / f"pen-{coll.generation}-{key}.f32").is_file()
+    pen_file = tmp_path / "idx" / f"pen-{coll.generation}-{key}.f32"
+    assert not pen_file.exists()  # reading computes them in memory and writes nothing
+    store_caches(coll, m)  # the writer (vse index) stores them
+    assert pen_file.is_file()
     np.testing.assert_allclose(pen, m.image_penalty(np.asarray(coll.emb)), atol=1e-6)
     q = m.encode_text(["a red car"])
     scores = (np.asarray(coll.emb) @ q[0]) - pen
@@ -162,13 +158,17 @@ def test_index_search_ranks_by_csls_and_caches_penalties(tmp_path):
         write_image(photos / f"{i}.jpg", seed=i)
     coll.update(photos, m.encode_image, progress=False)
     calls = []
+    writer = Collection(tmp_path / "idx")
 
     def counting(x):
         calls.append(len(x))
         return m.image_penalty(x)
 
+    writer.store_caches(counting, key)
+    assert calls == [3]  # only the new photos' penalties were computed
+    calls.clear()
     pen2 = Collection(tmp_path / "idx").row_penalties(counting, key)
-    assert calls == [3] and len(pen2) == 9
+    assert calls == [] and len(pen2) == 9
     np.testing.assert_allclose(pen2, m.image_penalty(np.asarray(coll.emb)), atol=1e-6)
     assert np.allclose(text_query_bias(coll, m), -pen2)
     # with every penalty stored, a search never embeds the caption bank

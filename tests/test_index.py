@@ -403,7 +403,11 @@ def test_cli_index_search_annotate(tmp_path, capsys):
     assert "built with model" in capsys.readouterr().err
 
 
-def test_faiss_index_is_saved_and_reused(tmp_path):
+def test_faiss_index_is_stored_by_the_writer_and_reused(tmp_path, monkeypatch):
+    """A FAISS search writes nothing (it builds in memory); the writer's store_caches
+    saves the index, later searches load it (no rebuild), and a stale one is replaced."""
+    from vsekit.index import collection
+
     photos = tmp_path / "p"
     for i in range(30):
         write_image(photos / f"{i}.png", seed=i)
@@ -412,13 +416,21 @@ def test_faiss_index_is_saved_and_reused(tmp_path):
     q = CountingEmbedder()([Image.open(photos / "3.png").convert("RGB")])
     exact = coll.search(q, k=5, method="exact")[0]
     first = coll.search(q, k=5, method="faiss")[0]
+    assert list((tmp_path / "idx").glob("faiss-*.index")) == []
+    coll.store_caches(faiss=True)
     saved = list((tmp_path / "idx").glob("faiss-*.index"))
     assert len(saved) == 1
+
+    def no_build(*a, **kw):
+        raise AssertionError("rebuilt instead of loading the stored index")
+
+    monkeypatch.setattr(collection, "FaissSearcher", no_build)
     again = Collection(tmp_path / "idx").search(q, k=5, method="faiss")[0]
     assert [h.id for h in again] == [h.id for h in first] == [h.id for h in exact]
+    monkeypatch.undo()
     (photos / "0.png").unlink()
     coll.update(photos, CountingEmbedder(), progress=False)
-    coll.search(q, k=5, method="faiss")
+    coll.store_caches(faiss=True)
     now = list((tmp_path / "idx").glob("faiss-*.index"))
     assert len(now) == 1 and now != saved  # the stale index was replaced
 

@@ -238,9 +238,9 @@ def test_browser_plays_a_video_hit_from_its_segment(served, tmp_path):
 
 
 def test_without_the_video_extra_videos_are_reported_not_indexed(tmp_path, media, monkeypatch):
-    import vsekit.index.collection as collection
+    import vsekit.index.scan as scan
 
-    monkeypatch.setattr(collection, "video_support", lambda: False)
+    monkeypatch.setattr(scan, "video_support", lambda: False)
     coll, _, rep = build(tmp_path, media)
     assert len(coll) == 2  # the photos
     skipped = dict(rep.failed)

@@ -155,3 +155,51 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+class RowFile:
+    """A crash-safe, append-only file of float32 rows of ``dim`` columns: the one row
+    store of the index's embeddings and the lab's feature stores.
+
+    The protocol: :meth:`truncate` to the committed row count (dropping the bytes of an
+    interrupted batch), :meth:`append` rows, :meth:`sync` (fsync), and only then commit
+    the new count wherever the owner keeps it (SQLite, a progress file). Committed rows
+    therefore always exist on disk; rows past the count are never read.
+    """
+
+    def __init__(self, path: str | os.PathLike, dim: int) -> None:
+        self.path = Path(path)
+        self.dim = int(dim)
+        self._fh = None
+
+    def rows_on_disk(self) -> int:
+        """Whole rows the file holds (0 when it does not exist)."""
+        try:
+            return self.path.stat().st_size // (self.dim * 4)
+        except FileNotFoundError:
+            return 0
+
+    def truncate(self, rows: int) -> None:
+        """Cut (or create) the file at ``rows`` rows and fsync it."""
+        with open(self.path, "ab") as fh:
+            fh.truncate(int(rows) * self.dim * 4)
+            os.fsync(fh.fileno())
+
+    def append(self, block) -> None:
+        """Append ``block`` (``[n, dim]``) at the end of the file (not yet fsync'ed)."""
+        import numpy as np
+
+        block = np.ascontiguousarray(block, np.float32)
+        if block.ndim != 2 or block.shape[1] != self.dim:
+            raise ValueError(f"{self.path}: rows of shape {block.shape}, expected (n, {self.dim})")
+        if self._fh is None:
+            self._fh = open(self.path, "ab")  # noqa: SIM115  (closed by sync)
+        self._fh.write(block.tobytes())
+
+    def sync(self) -> None:
+        """Flush and fsync what was appended, and close the file."""
+        if self._fh is not None:
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+            self._fh.close()
+            self._fh = None

@@ -42,7 +42,7 @@ def _add_index(sub: argparse._SubParsersAction) -> None:
 
 def _index(args: argparse.Namespace) -> int:
     from vsekit.index import Collection, model_info
-    from vsekit.index.query import text_query_bias
+    from vsekit.index.query import store_caches
 
     if args.threads:
         set_threads(args.threads)
@@ -63,7 +63,7 @@ def _index(args: argparse.Namespace) -> int:
         reduce_to=model.decode_size,
         exclude=args.exclude,
     )
-    text_query_bias(coll, model)  # each photo's CSLS penalty, cached for `vse search`
+    store_caches(coll, model)  # each photo's CSLS penalty (and FAISS), for `vse search`
     for path, err in rep.failed:
         note = f"skipped {path}: {err}" if not err.startswith(path) else f"skipped {err}"
         print(note, file=sys.stderr)

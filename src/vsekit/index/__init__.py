@@ -1,5 +1,6 @@
-"""Photo-collection index: incremental indexing, exact and FAISS search, annotation."""
+"""Photo-collection index: scan, store (crash-safe, one writer) and read-only search."""
 
+from vsekit.index.api import PhotoIndex, open_index
 from vsekit.index.collection import (
     Collection,
     CollectionError,
@@ -15,8 +16,10 @@ __all__ = [
     "CollectionError",
     "FaissSearcher",
     "Hit",
+    "PhotoIndex",
     "UpdateReport",
     "exact_search",
     "model_info",
+    "open_index",
     "scan_media",
 ]

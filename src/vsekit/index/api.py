@@ -15,7 +15,7 @@ from pathlib import Path
 from PIL import Image
 
 from vsekit.index.collection import Collection, Hit, UpdateReport, model_info
-from vsekit.index.query import open_collection, search_image, search_text, text_query_bias
+from vsekit.index.query import open_collection, search_image, search_text, store_caches
 from vsekit.runtime import BaseModel, load_model
 
 
@@ -51,7 +51,7 @@ class PhotoIndex:
             reduce_to=self.model.decode_size,
             exclude=exclude,
         )
-        text_query_bias(self.collection, self.model)
+        store_caches(self.collection, self.model)
         return rep
 
     def search(

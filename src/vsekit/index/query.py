@@ -8,8 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
-from vsekit.index.collection import Collection, Hit, model_info
+from vsekit.index.collection import Collection, Hit, check_model, model_info
+from vsekit.index.snapshot import Snapshot
 from vsekit.runtime import BaseModel, ModelError, load_model
+from vsekit.runtime.base import bundle_dir
+from vsekit.runtime.onnx_model import precision_of
 
 MAX_QUERY_CHARS = 500
 MAX_K = 1000
@@ -59,18 +62,34 @@ def search_text_embedding(
 ) -> list[Hit]:
     """Images best matching an already-embedded text query ``q`` ([D] or [1, D]), scored
     with the model's own similarity (the service embeds outside its collection lock),
-    less each image's CSLS penalty when the model has hubness reduction."""
-    bias = text_query_bias(coll, model)
-    return coll.search(np.atleast_2d(q), check_k(k), method, _score_fn(model), bias)[0]
+    less each image's CSLS penalty when the model has hubness reduction. One snapshot
+    serves the whole query, so a writer's commit cannot put the two out of step."""
+    snap = coll.snapshot
+    bias = text_query_bias(coll, model, snap)
+    return coll.search(np.atleast_2d(q), check_k(k), method, _score_fn(model), bias, snap)[0]
 
 
-def text_query_bias(coll: Collection, model: BaseModel) -> np.ndarray | None:
+def text_query_bias(
+    coll: Collection, model: BaseModel, snap: Snapshot | None = None
+) -> np.ndarray | None:
     """``[rows]``: minus each indexed image's CSLS penalty (:mod:`vsekit.runtime.hubness`),
-    computed for new rows and cached in the index; None without hubness reduction."""
+    read from the index's verified cache and completed in memory; None without hubness
+    reduction. Writes nothing."""
     hub = model.hubness
     if hub is None:
         return None
-    return -coll.row_penalties(model.image_penalty, hub.key)
+    return -coll.row_penalties(model.image_penalty, hub.key, snap)
+
+
+def store_caches(coll: Collection, model: BaseModel) -> None:
+    """What ``vse index`` stores after an update, under the writer lock: the photos'
+    hubness penalties (only rows the cache lacks are computed) and, for large indexes,
+    the FAISS index."""
+    hub = model.hubness
+    if hub is None:
+        coll.store_caches()
+    else:
+        coll.store_caches(model.image_penalty, hub.key)
 
 
 def search_vector(
@@ -90,21 +109,18 @@ def search_image(
 def open_collection(
     index: str | Path, model_name: str | None = None, device: str | None = None
 ) -> tuple[Collection, BaseModel]:
-    """The collection at ``index`` and its model (by default the one it was built with);
-    CollectionError if the model's fingerprint is not the index's."""
+    """The collection at ``index`` and its model (by default the one it was built with),
+    loaded once: the image precision (fp32 / int8) whose fingerprint is the index's is
+    read from the bundle first. CollectionError if the model's fingerprint is not the
+    index's (:func:`~vsekit.index.store.check_model`)."""
     coll = Collection(index)
     name = model_name or coll.model_name
-    model = load_model(name, device=device)
-    asked = os.environ.get("VSEKIT_PRECISION")
-    if model.fingerprint != coll.fingerprint and model.backend == "onnx" and not asked:
-        # built with the bundle's other image precision (fp32 / int8)? that is its model
-        other = "fp32" if model.precision == "int8" else "int8"
+    precision = None
+    if not os.environ.get("VSEKIT_PRECISION"):
         try:
-            alt = load_model(name, device=device, backend="onnx", precision=other)
+            precision = precision_of(bundle_dir(name), coll.fingerprint)
         except ModelError:
-            alt = None
-        if alt is not None and alt.fingerprint == coll.fingerprint:
-            model = alt
-    if model.fingerprint != coll.fingerprint:
-        Collection(index, model_info(model, name))  # raises with the explanation
+            precision = None
+    model = load_model(name, device=device, precision=precision)
+    check_model(coll.path, coll.snapshot.meta, model_info(model, name))
     return coll, model

@@ -7,6 +7,8 @@ and return ``(scores[Q, k'], rows[Q, k'])`` sorted by decreasing score, with
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from vsekit.topk import EXACT_CHUNK, ScoreFn, dot_scores, exact_search
@@ -19,6 +21,7 @@ __all__ = [
     "dot_scores",
     "exact_search",
     "rerank",
+    "search_snapshot",
 ]
 
 FAISS_MIN_ROWS = 100_000  # "auto" switches to FAISS from this many live rows
@@ -103,3 +106,60 @@ def rerank(
         order = np.lexsort((rows, -s))[:k]
         out_s[j, : len(order)], out_r[j, : len(order)] = s[order], rows[order]
     return out_s, out_r
+
+
+def search_snapshot(
+    snap,
+    queries: np.ndarray,
+    k: int,
+    method: str,
+    score_fn: ScoreFn | None = None,
+    bias: np.ndarray | None = None,
+    faiss: Callable[[], FaissSearcher] | None = None,
+) -> list[list]:
+    """Top-k files of a :class:`~vsekit.index.snapshot.Snapshot` for each query vector
+    ``[Q, dim]``, a file scoring its best row; a video hit carries the start and end of
+    its best segment. Reads only.
+
+    ``bias``: ``[rows]`` added to every query's score of each row (a negated CSLS
+    penalty); FAISS then re-ranks its ``4k + 100`` best rows by the biased score.
+    ``method``: ``exact`` (one chunked matrix product), ``faiss`` (``faiss()`` gives the
+    searcher) or ``auto`` (FAISS from ``FAISS_MIN_ROWS`` live rows, dot-product models).
+    """
+    q = np.atleast_2d(np.asarray(queries, np.float32))
+    dot = score_fn is None
+    if method == "auto":
+        method = "faiss" if dot and len(snap) >= FAISS_MIN_ROWS else "exact"
+    n_live = snap.n_live
+    if method == "faiss":
+        if not dot:
+            raise ValueError("FAISS search needs a dot-product (cosine) model")
+        if faiss is None:
+            raise ValueError("FAISS search needs a FAISS index")
+        searcher = faiss()
+
+        def top_rows(k_rows: int):
+            if bias is None:
+                return searcher.search(q, k_rows)
+            _, cand = searcher.search(q, min(4 * k_rows + 100, n_live))
+            return rerank(snap.emb, q, cand, bias, k_rows)
+    elif method == "exact":
+        kw = {} if dot else {"score_fn": score_fn}
+
+        def top_rows(k_rows: int):
+            return exact_search(snap.emb, q, k_rows, snap.live, bias=bias, **kw)
+    else:
+        raise ValueError(f"unknown search method {method!r}; use auto | exact | faiss")
+    # a file can own several rows (a video's segments): ask for more rows until k
+    # distinct files are found or every row has been ranked
+    k_rows = min(k, n_live) if not snap.segment_rows else min(4 * k + 16, n_live)
+    while True:
+        scores, rows = top_rows(max(k_rows, 1))
+        out = [snap.hits(srow, rrow, k) for srow, rrow in zip(scores, rows, strict=True)]
+        if k_rows >= n_live or all(len(h) >= k for h in out):
+            break
+        k_rows = min(2 * k_rows, n_live)
+    return [
+        [snap.with_best_segment(h, qv, score_fn, bias) for h in hits]
+        for hits, qv in zip(out, q, strict=True)
+    ]

@@ -91,6 +91,25 @@ def int8_fingerprint(fingerprint: str, int8_sha256: str) -> str:
     return hashlib.sha256(f"{fingerprint}:int8:{int8_sha256}".encode()).hexdigest()[:16]
 
 
+def precision_of(path: Path, fingerprint: str) -> str | None:
+    """The image precision of the bundle at ``path`` whose fingerprint is
+    ``fingerprint`` (an index's), read from ``onnx.json`` without loading a graph; None
+    when neither matches or the bundle has no ONNX files."""
+    try:
+        meta = json.loads((path / "onnx.json").read_text())
+    except (OSError, ValueError):
+        return None
+    fp = meta.get("model_fingerprint")
+    if fp is None:
+        return None
+    if fp == fingerprint and (path / IMAGE_FILES["fp32"]).is_file():
+        return "fp32"
+    int8_sha = meta.get("sha256", {}).get(INT8_FILE)
+    if int8_sha and int8_fingerprint(fp, int8_sha) == fingerprint:
+        return "int8"
+    return None
+
+
 class OnnxModel(BaseModel):
     """A bundle run by ONNX Runtime on the CPU."""
 

@@ -30,7 +30,7 @@ import torch
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from vsekit.fsio import LockBusy, atomic_write, exclusive_lock
+from vsekit.fsio import LockBusy, RowFile, atomic_write, exclusive_lock
 from vsekit.lab.features.backbones import Backbone
 from vsekit.lab.features.crops import crop_views, decode_size
 from vsekit.lab.features.rmac import rmac
@@ -281,15 +281,13 @@ def extract_to_store(
     failed = [f for f in failed if f["index"] < done]
     atomic_write(failed_f, "".join(json.dumps(f) + "\n" for f in failed))
 
-    def open_array(name: str, d: int) -> np.memmap:
-        f = out / name
-        if not f.is_file() or f.stat().st_size != n * d * 4:
-            with open(f, "ab") as fh:
-                fh.truncate(max(n, 1) * d * 4)
-        return np.memmap(f, dtype=np.float32, mode="r+", shape=(max(n, 1), d))
+    def open_rows(name: str, d: int) -> RowFile:
+        f = RowFile(out / name, d)
+        f.truncate(rows)  # the committed rows; an interrupted batch's bytes go
+        return f
 
-    pooled_mm = open_array("pooled.f32", dim)
-    rmac_mm = open_array("rmac.f32", meta["rmac_dim"]) if meta["rmac_dim"] else None
+    pooled_rf = open_rows("pooled.f32", dim)
+    rmac_rf = open_rows("rmac.f32", meta["rmac_dim"]) if meta["rmac_dim"] else None
 
     loader = DataLoader(
         _ViewsDataset(items, done, crops, model.input_size, sampling),
@@ -318,12 +316,12 @@ def extract_to_store(
             if good:
                 views = torch.cat([v for _, v in good])
                 counts = [len(v) for _, v in good]
-                pooled, r = pooled_features(model, views, crops, rmac_mm is not None, counts=counts)
-                pooled_mm[rows : rows + len(good)] = pooled.numpy()
-                pooled_mm.flush()
-                if rmac_mm is not None:
-                    rmac_mm[rows : rows + len(good)] = r.numpy()
-                    rmac_mm.flush()
+                pooled, r = pooled_features(model, views, crops, rmac_rf is not None, counts=counts)
+                pooled_rf.append(pooled.numpy())
+                pooled_rf.sync()
+                if rmac_rf is not None:
+                    rmac_rf.append(r.numpy())
+                    rmac_rf.sync()
                 for k, _ in good:
                     ids_f.write(items[k].id + "\n")
                     splits_f.write(items[k].split + "\n")
@@ -343,11 +341,8 @@ def extract_to_store(
             bar.update(len(batch))
             if on_batch is not None:
                 on_batch(done)
-    del pooled_mm, rmac_mm
-    # Finish: cut the arrays to the rows kept, then mark the store complete.
-    for name, d in (("pooled.f32", dim), ("rmac.f32", meta["rmac_dim"])):
-        if d:
-            os.truncate(out / name, rows * d * 4)
+    # Finish: every row was appended and fsync'ed before its count was committed; mark
+    # the store complete.
     meta.update(
         n=rows,
         complete=True,

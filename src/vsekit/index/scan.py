@@ -1,0 +1,109 @@
+"""Walking a folder for the files an index can hold, and recognising moved files.
+
+:func:`scan_media` lists every photo and video under a folder with its size and mtime,
+and says why it skips what it cannot index; :func:`match_moves` pairs new paths with
+vanished indexed files that were only moved or renamed (no re-embedding)."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import stat
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from vsekit.media.images import IMAGE_SUFFIXES
+from vsekit.media.video import INSTALL_HINT, VIDEO_SUFFIXES, is_video, video_support
+
+
+def printable(path: str) -> str:
+    """A path that can be printed and stored: undecodable bytes as ``\\xNN``."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def inside(path: str, root: str) -> bool:
+    """``path`` is ``root`` or below it (both resolved)."""
+    return path == root or path.startswith(os.path.join(root, ""))
+
+
+def excluded(rel: str, patterns: Sequence[str]) -> bool:
+    """``rel`` (a path below the scanned folder) or its file name matches a pattern."""
+    name = os.path.basename(rel)
+    return any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(name, g) for g in patterns)
+
+
+def scan_media(
+    root: Path,
+    skipped: list[tuple[str, str]] | None = None,
+    exclude: Sequence[str] = (),
+) -> Iterator[tuple[str, int, int]]:
+    """``(absolute path, size, mtime_ns)`` of every regular image or video file under ``root``,
+    sorted. What cannot be indexed is appended to ``skipped`` as ``(path, reason)``: file
+    names that are not UTF-8, FIFOs, devices and sockets named like images (never opened,
+    so nothing hangs), broken symbolic links and loops, symbolic links to files outside
+    ``root`` (they could not be served), unreadable folders. Symbolic links to folders
+    are not followed."""
+    skipped = skipped if skipped is not None else []
+    real_root = os.path.realpath(root)
+    videos = video_support()
+
+    def unreadable(e: OSError) -> None:
+        skipped.append((printable(str(e.filename)), f"unreadable folder ({e.strerror})"))
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable):
+        dirnames.sort()
+        for name in sorted(filenames):
+            if not name.lower().endswith(IMAGE_SUFFIXES + VIDEO_SUFFIXES) or name.startswith("."):
+                continue
+            p = os.path.abspath(os.path.join(dirpath, name))
+            if exclude and excluded(os.path.relpath(p, root), exclude):
+                continue
+            if not videos and is_video(name):
+                skipped.append((printable(p), INSTALL_HINT))
+                continue
+            try:
+                p.encode("utf-8")
+            except UnicodeEncodeError:
+                skipped.append((printable(p), "file name is not valid UTF-8"))
+                continue
+            try:
+                st = os.stat(p)
+            except FileNotFoundError:
+                if os.path.islink(p):
+                    skipped.append((p, "broken symbolic link"))
+                continue  # else it vanished during the scan
+            except OSError as e:
+                skipped.append((p, f"cannot be read ({e.strerror})"))
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                skipped.append((p, "not a regular file (a FIFO, device or socket)"))
+                continue
+            if os.path.islink(p) and not inside(os.path.realpath(p), real_root):
+                skipped.append((p, "symbolic link to a file outside the folder"))
+                continue
+            yield p, st.st_size, st.st_mtime_ns
+
+
+def match_moves(
+    vanished: Sequence[str],
+    new: Sequence[tuple[str, int, int]],
+    known: dict[str, tuple[int, int, int]],
+) -> dict[str, str]:
+    """``{new path: old path}`` for files that were moved or renamed: the file name, size
+    and mtime (which ``mv`` and folder moves keep) identify exactly one vanished indexed
+    file and exactly one new path. Ambiguous keys are left to be re-embedded."""
+
+    def key(path: str, size: int, mtime: int) -> tuple[str, int, int]:
+        return os.path.basename(path), size, mtime
+
+    old_by_key: dict[tuple, list[str]] = {}
+    for p in vanished:
+        old_by_key.setdefault(key(p, known[p][1], known[p][2]), []).append(p)
+    new_by_key: dict[tuple, list[str]] = {}
+    for p, size, mtime in new:
+        new_by_key.setdefault(key(p, size, mtime), []).append(p)
+    return {
+        ps[0]: old_by_key[k][0]
+        for k, ps in new_by_key.items()
+        if len(ps) == 1 and len(old_by_key.get(k, ())) == 1
+    }

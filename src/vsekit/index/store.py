@@ -1,0 +1,324 @@
+"""The index on disk: SQLite metadata plus an append-only, crash-safe embeddings file.
+
+Layout of an index directory::
+
+    index.sqlite      meta (model, dim, generation, committed rows, caches), files,
+                      segments, failed
+    emb-<gen>.f32     float32 rows of ``dim`` columns, append-only within a generation
+    pen-<gen>-<key>.f32, faiss-<gen>-<rows>-<live>.index
+                      derived caches, written only by a writer, verified on read
+
+Crash safety (a ``kill -9`` at any moment leaves a usable index): rows are appended with
+:class:`vsekit.fsio.RowFile` and fsync'ed *before* the SQLite transaction that makes them
+reachable (files rows + ``meta.rows``) commits; compaction writes ``emb-<gen+1>.f32`` in
+full, then switches generation in one transaction.
+
+One writer at a time: everything that changes the index (:meth:`IndexStore.writer`)
+holds an exclusive lock on ``index.lock``. Readers take a :class:`~vsekit.index.snapshot.
+Snapshot` through a read-only connection and write nothing: SQLite runs with a rollback
+journal, which, unlike WAL, lets a reader open the database without creating files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from vsekit.fsio import RowFile, exclusive_lock
+from vsekit.index.snapshot import Snapshot, emb_path, read_snapshot
+
+INDEX_VERSION = 1
+DB_NAME = "index.sqlite"
+LOCK_NAME = "index.lock"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS files (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    path TEXT UNIQUE NOT NULL,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    row INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS segments (
+    file_id INTEGER NOT NULL,
+    row INTEGER NOT NULL,
+    start REAL NOT NULL,
+    end REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS segments_file ON segments (file_id);
+CREATE TABLE IF NOT EXISTS failed (
+    path TEXT PRIMARY KEY,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    error TEXT NOT NULL
+);
+"""
+#: every embedding row in use: files' own rows and their video segments' rows
+ALL_ROWS = "SELECT row FROM files UNION ALL SELECT row FROM segments"
+
+
+class CollectionError(ValueError):
+    """An index could not be opened or does not fit the model; names the path."""
+
+
+class IndexStore:
+    """Open (or, given ``model_info``, create) the index at ``path``.
+
+    ``model_info``: ``{"name", "fingerprint", "dim", "similarity"}`` of the model the
+    embeddings come from; required to create an index, checked when given on open.
+    """
+
+    def __init__(self, path: str | Path, model_info: dict | None = None) -> None:
+        self.path = Path(path).expanduser()
+        if self.path.exists() and not self.path.is_dir():
+            raise CollectionError(f"{self.path}: is a file, not an index folder")
+        self.db_path = self.path / DB_NAME
+        self._w: sqlite3.Connection | None = None
+        self._read_lock = threading.Lock()
+        rebuild = f"rebuild it with `vse index FOLDER --index {self.path} --rebuild`"
+        if not self.db_path.is_file():
+            if model_info is None:
+                raise CollectionError(f"{self.path}: no index here (run `vse index DIR` first)")
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._create(model_info, rebuild)
+        self.read_only = not os.access(self.path, os.W_OK) or not os.access(self.db_path, os.W_OK)
+        try:
+            self.db = self._reader()
+            meta = self.meta()
+            missing = {"version", "model", "fingerprint", "dim", "generation", "rows"} - set(meta)
+            if missing and not meta:
+                raise CollectionError(
+                    f"{self.db_path}: an empty or foreign index database; {rebuild}"
+                )
+            if missing:
+                raise CollectionError(
+                    f"{self.db_path}: not a vsekit index (no {sorted(missing)}); {rebuild}"
+                )
+        except sqlite3.DatabaseError as e:
+            raise CollectionError(
+                f"{self.db_path}: damaged or not an index database ({e}); {rebuild}"
+            ) from e
+        if int(meta.get("version", -1)) != INDEX_VERSION:
+            raise CollectionError(
+                f"{self.db_path}: index version {meta.get('version')} is not supported; {rebuild}"
+            )
+        if model_info is not None:
+            check_model(self.path, meta, model_info)
+        self.dim = int(meta["dim"])
+        self.model_name = meta["model"]
+        self.fingerprint = meta["fingerprint"]
+        self.similarity = meta.get("similarity", "cosine")
+
+    # -- connections ---------------------------------------------------------------
+    def _reader(self) -> sqlite3.Connection:
+        """A read-only connection: it creates no file (immutable where the folder or
+        the database cannot be written, so nothing can change under it)."""
+        mode = "ro&immutable=1" if self.read_only else "ro"
+        return sqlite3.connect(f"file:{self.db_path}?mode={mode}", uri=True,
+                               timeout=30, check_same_thread=False)  # fmt: skip
+
+    def _writer_db(self) -> sqlite3.Connection:
+        if self._w is None:
+            self._w = sqlite3.connect(self.db_path, timeout=30, check_same_thread=False)
+            if self._w.execute("PRAGMA journal_mode").fetchone()[0].lower() != "delete":
+                self._w.execute("PRAGMA journal_mode=DELETE")  # indexes made with WAL
+            self._w.executescript(SCHEMA)
+        return self._w
+
+    def _create(self, model_info: dict, rebuild: str) -> None:
+        with self.writer() as w:
+            if dict(w.execute("SELECT key, value FROM meta").fetchall()):
+                return  # another process created it while this one waited
+            if any(self.path.glob("emb-*.f32")):
+                raise CollectionError(
+                    f"{self.db_path}: an empty or foreign index database; {rebuild}"
+                )
+            with w:
+                set_meta(w, version=INDEX_VERSION, model=model_info["name"],
+                         fingerprint=model_info["fingerprint"], dim=int(model_info["dim"]),
+                         similarity=model_info.get("similarity", "cosine"),
+                         generation=0, rows=0)  # fmt: skip
+
+    @contextlib.contextmanager
+    def writer(self) -> Iterator[sqlite3.Connection]:
+        """The index's one-writer lock (blocks while another process holds it), and the
+        read-write connection that only its holder uses."""
+        if getattr(self, "read_only", False):
+            raise CollectionError(f"{self.path}: the index is read-only here; cannot update it")
+        waiting = f"{self.path}: another process is updating this index; waiting"
+        with exclusive_lock(self.path / LOCK_NAME, wait=waiting):
+            yield self._writer_db()
+
+    def close(self) -> None:
+        for c in (getattr(self, "db", None), self._w):
+            if c is not None:
+                c.close()
+        self._w = None
+
+    # -- reading -------------------------------------------------------------------
+    def meta(self) -> dict[str, str]:
+        with self._read_lock:
+            return dict(self.db.execute("SELECT key, value FROM meta").fetchall())
+
+    def data_version(self) -> int:
+        """Changes whenever another connection (a writer) commits."""
+        with self._read_lock:
+            return self.db.execute("PRAGMA data_version").fetchone()[0]
+
+    def snapshot(self) -> Snapshot:
+        with self._read_lock:
+            return read_snapshot(self.db, self.path, self.dim)
+
+    def failures(self) -> list[tuple[str, str]]:
+        with self._read_lock:
+            return self.db.execute("SELECT path, error FROM failed ORDER BY path").fetchall()
+
+    def roots(self, snap: Snapshot | None = None) -> list[str]:
+        """The folders this index was built from (resolved); files are served only from
+        inside them. Indexes from before roots were recorded use each file's folder."""
+        raw = self.meta().get("roots")
+        if raw is not None:
+            return json.loads(raw)
+        paths = (
+            snap.paths
+            if snap is not None
+            else [p for (p,) in self._query("SELECT path FROM files")]
+        )
+        return sorted({os.path.realpath(os.path.dirname(p)) for p in paths})
+
+    def _query(self, sql: str) -> list[tuple]:
+        with self._read_lock:
+            return self.db.execute(sql).fetchall()
+
+    def check(self) -> None:
+        """CollectionError naming the file and the repair command if the embeddings file
+        does not hold every committed row or two files share a row."""
+        meta = self.meta()
+        gen, n_rows = int(meta["generation"]), int(meta["rows"])
+        f = emb_path(self.path, gen)
+        repair = f"run `vse index FOLDER --index {self.path} --repair` to re-embed what is missing"
+        size = f.stat().st_size if f.is_file() else None
+        if n_rows and size is None:
+            raise CollectionError(f"{f}: missing, the index has {n_rows} embeddings; {repair}")
+        if size is not None and size < n_rows * self.dim * 4:
+            raise CollectionError(
+                f"{f}: truncated ({size} bytes for {n_rows} rows of {self.dim}); {repair}"
+            )
+        n, distinct, top = self._query(
+            "SELECT COUNT(*), COUNT(DISTINCT row), COALESCE(MAX(row), -1) "
+            f"FROM ({self._all_rows()})"
+        )[0]
+        if n != distinct or top >= n_rows:
+            raise CollectionError(
+                f"{self.db_path}: {n - distinct} files share an embedding row and "
+                f"{top >= n_rows and 'some point past the last row' or 'none past it'}; {repair}"
+            )
+
+    def _all_rows(self) -> str:
+        has = self._query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'segments'")
+        return ALL_ROWS if has else "SELECT row FROM files"
+
+    # -- writing (callers hold :meth:`writer`) --------------------------------------
+    def rows_file(self, gen: int) -> RowFile:
+        return RowFile(emb_path(self.path, gen), self.dim)
+
+    def repair(self) -> int:
+        """Drop what the embeddings file does not hold (rows past its end, rows shared by
+        two files) so that the next update re-embeds exactly those files; returns how
+        many files were dropped."""
+        with self.writer() as w:
+            meta = dict(w.execute("SELECT key, value FROM meta").fetchall())
+            gen, n_rows = int(meta["generation"]), int(meta["rows"])
+            rows = self.rows_file(gen)
+            keep = min(n_rows, rows.rows_on_disk())
+            with w:
+                bad_rows = f"""SELECT row FROM ({ALL_ROWS}) GROUP BY row
+                               HAVING COUNT(*) > 1 OR row >= {int(keep)}"""
+                bad = w.execute(
+                    f"""SELECT id FROM files WHERE row IN ({bad_rows}) UNION
+                        SELECT file_id FROM segments WHERE row IN ({bad_rows})"""
+                ).fetchall()
+                n0 = w.execute("SELECT COUNT(*) FROM files").fetchone()[0]
+                w.executemany("DELETE FROM segments WHERE file_id = ?", bad)
+                w.executemany("DELETE FROM files WHERE id = ?", bad)
+                set_meta(w, rows=keep)
+                drop_caches(w, self.path)  # derived from rows that may have changed
+                dropped = n0 - w.execute("SELECT COUNT(*) FROM files").fetchone()[0]
+            rows.truncate(keep)
+            return dropped
+
+    def add_root(self, w: sqlite3.Connection, root: Path) -> None:
+        raw = dict(w.execute("SELECT key, value FROM meta").fetchall()).get("roots")
+        roots = set(json.loads(raw)) if raw else set()
+        real = os.path.realpath(root)
+        if real not in roots:
+            with w:
+                set_meta(w, roots=json.dumps(sorted(roots | {real})))
+
+    def compact(self, w: sqlite3.Connection, min_garbage: int = 1024) -> bool:
+        """Rewrite the embeddings without dead rows when they outnumber the live ones
+        (and are at least ``min_garbage``); also removes stray files. True if rewritten."""
+        meta = dict(w.execute("SELECT key, value FROM meta").fetchall())
+        gen, n_rows = int(meta["generation"]), int(meta["rows"])
+        for stray in self.path.glob("emb-*.f32"):
+            if stray.name != emb_path(self.path, gen).name:
+                stray.unlink(missing_ok=True)
+        live = w.execute(
+            "SELECT 'f', id, row FROM files UNION ALL SELECT 's', rowid, row FROM segments"
+        ).fetchall()
+        garbage = n_rows - len(live)
+        if garbage < max(min_garbage, len(live)):
+            return False
+        old = np.memmap(emb_path(self.path, gen), np.float32, mode="r", shape=(n_rows, self.dim))
+        new = self.rows_file(gen + 1)
+        new.truncate(0)
+        for a in range(0, len(live), 65_536):
+            new.append(np.asarray(old[[r for _, _, r in live[a : a + 65_536]]]))
+        new.sync()
+        del old
+        with w:
+            new_rows = [(t, j, i) for j, (t, i, _) in enumerate(live)]
+            w.executemany(
+                "UPDATE files SET row = ? WHERE id = ?",
+                [(j, i) for t, j, i in new_rows if t == "f"],
+            )
+            w.executemany(
+                "UPDATE segments SET row = ? WHERE rowid = ?",
+                [(j, i) for t, j, i in new_rows if t == "s"],
+            )
+            set_meta(w, generation=gen + 1, rows=len(live))
+        emb_path(self.path, gen).unlink(missing_ok=True)
+        return True
+
+
+def set_meta(w: sqlite3.Connection, **kv) -> None:
+    w.executemany(
+        "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+        [(k, str(v)) for k, v in kv.items()],
+    )
+
+
+def drop_caches(w: sqlite3.Connection, index: Path) -> None:
+    """Forget every derived cache (their records, then their files)."""
+    w.execute("DELETE FROM meta WHERE key LIKE 'cache:%'")
+    for f in [*index.glob("pen-*.f32"), *index.glob("faiss-*.index")]:
+        f.unlink(missing_ok=True)
+
+
+def check_model(index: Path, meta: dict[str, str], model_info: dict) -> None:
+    """The one check that an index and a model belong together: CollectionError naming
+    both fingerprints when the model's embeddings are not the index's."""
+    if model_info["fingerprint"] != meta["fingerprint"]:
+        raise CollectionError(
+            f"{index}: built with model {meta['model']!r} ({meta['fingerprint']}), "
+            f"not {model_info['name']!r} ({model_info['fingerprint']}); "
+            "use that model or rebuild the index with --rebuild"
+        )

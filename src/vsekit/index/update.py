@@ -1,0 +1,201 @@
+"""Bringing an index in line with a folder: scan, match moves, decode, embed, commit.
+
+Incremental: a file is re-embedded only when its path is new or its size or mtime
+changed; a file that failed to decode is remembered with its size and mtime and not
+retried until it changes; a moved or renamed file keeps its id and embedding
+(:func:`vsekit.index.scan.match_moves`). Each batch's rows are appended and fsync'ed
+before the transaction that makes them reachable commits (:class:`vsekit.fsio.RowFile`).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from vsekit.index.scan import match_moves, scan_media
+from vsekit.index.store import CollectionError, IndexStore, set_meta
+from vsekit.media.images import ImageError, load_image
+from vsekit.media.video import Sampling, embed_video, is_video
+
+SEGMENT_SECONDS = 2.0  # a video is searchable per segment of this length
+FRAME_EVERY = 1.0  # one frame embedded every this many seconds of video
+
+
+@dataclass
+class UpdateReport:
+    scanned: int = 0
+    added: int = 0
+    updated: int = 0
+    removed: int = 0
+    moved: int = 0
+    unchanged: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (path, error)
+    embedded: int = 0  # images (and video frames) that went through the model
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        return (
+            f"{self.scanned} files: {self.added} added, {self.updated} updated, "
+            f"{self.removed} removed, {self.moved} moved, {self.unchanged} unchanged, "
+            f"{len(self.failed)} failed "
+            f"({self.seconds:.1f} s)"
+        )
+
+
+def update(
+    store: IndexStore,
+    w: sqlite3.Connection,
+    root: Path,
+    embed: Callable[[Sequence], np.ndarray],
+    batch_size: int = 16,
+    progress: bool = True,
+    on_batch: Callable[[int], None] | None = None,
+    reduce_to: int | None = None,
+    exclude: Sequence[str] = (),
+) -> UpdateReport:
+    """Index the files under ``root`` (the caller holds ``store.writer()`` as ``w``).
+
+    ``embed(list of PIL images) -> [n, dim]`` unit vectors. Files outside ``root`` that
+    are already indexed are left alone. ``reduce_to``: decode JPEGs at reduced size down
+    to this short side (the model's ``decode_size``)."""
+    t0 = time.perf_counter()
+    rep = UpdateReport()
+    store.add_root(w, root)
+    prefix = os.path.join(os.path.abspath(root), "")
+    known = {p: (i, s, m) for i, p, s, m in w.execute("SELECT id, path, size, mtime_ns FROM files")}
+    failed = {p: (s, m) for p, s, m in w.execute("SELECT path, size, mtime_ns FROM failed")}
+    seen, todo, skipped = set(), [], []
+    for p, size, mtime in scan_media(root, skipped, exclude):
+        rep.scanned += 1
+        seen.add(p)
+        k = known.get(p)
+        if k is not None and (k[1], k[2]) == (size, mtime):
+            rep.unchanged += 1
+        elif k is None and failed.get(p) == (size, mtime):
+            rep.failed.append((p, "unchanged since it failed"))
+        else:
+            todo.append((p, size, mtime))
+    rep.failed.extend(skipped)
+    gone = [p for p in known if p.startswith(prefix) and p not in seen]
+    gone_failed = [p for p in failed if p.startswith(prefix) and p not in seen]
+    moves: dict[str, str] = {}
+    new = [t for t in todo if t[0] not in known]
+    if new:  # only new paths can be moves; then look for vanished files to match
+        outside_gone = [p for p in known if not p.startswith(prefix) and not os.path.exists(p)]
+        moves = match_moves(gone + outside_gone, new, known)
+        todo = [t for t in todo if t[0] not in moves]
+        moved_from = set(moves.values())
+        gone = [p for p in gone if p not in moved_from]
+    with w:
+        w.executemany(
+            "UPDATE files SET path = ? WHERE path = ?", [(n, o) for n, o in moves.items()]
+        )
+        w.executemany(
+            "DELETE FROM segments WHERE file_id IN (SELECT id FROM files WHERE path = ?)",
+            [(p,) for p in gone],
+        )
+        w.executemany("DELETE FROM files WHERE path = ?", [(p,) for p in gone])
+        w.executemany("DELETE FROM failed WHERE path = ?", [(p,) for p in gone_failed])
+    rep.removed, rep.moved = len(gone), len(moves)
+
+    bar = None
+    if progress and todo:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(todo), desc="index", unit="file")
+    sampling = Sampling(every=FRAME_EVERY)
+    unit_rows = store.similarity == "cosine"
+    for a in range(0, len(todo), batch_size):
+        batch = todo[a : a + batch_size]
+        images, ok, errors, videos = [], [], [], []
+        for p, size, mtime in batch:
+            try:
+                if is_video(p):
+                    v = embed_video(p, embed, sampling, SEGMENT_SECONDS, reduce_to,
+                                    batch_size, unit_rows)  # fmt: skip
+                    videos.append(((p, size, mtime), v))
+                    rep.embedded += v.frames
+                else:
+                    images.append(load_image(p, reduce_to))
+                    ok.append((p, size, mtime))
+            except ImageError as e:
+                errors.append((p, size, mtime, str(e)))
+        vecs = embed(images) if images else np.zeros((0, store.dim), np.float32)
+        rep.embedded += len(images)
+        vecs = np.asarray(vecs, np.float32).reshape(-1, store.dim)
+        if videos:
+            ok += [f for f, _ in videos]
+            vecs = np.concatenate([vecs, *(v.clip[None] for _, v in videos)])
+        segs = [None] * (len(ok) - len(videos)) + [v for _, v in videos]
+        commit_batch(store, w, ok, vecs, errors, known, rep, segs)
+        if bar is not None:
+            bar.update(len(batch))
+        if on_batch is not None:
+            on_batch(a + len(batch))
+    if bar is not None:
+        bar.close()
+    store.compact(w)
+    rep.seconds = time.perf_counter() - t0
+    return rep
+
+
+def commit_batch(
+    store: IndexStore, w: sqlite3.Connection, ok, vecs, errors, known, rep: UpdateReport, segs
+) -> None:
+    """Append ``vecs`` (one row per file in ``ok``) and, for videos (``segs[j]`` a
+    :class:`~vsekit.media.video.VideoVectors`), their segment rows after them; then make
+    them reachable in one transaction. Non-finite rows are refused before anything is
+    written."""
+    if vecs.shape != (len(ok), store.dim):
+        raise CollectionError(f"embedder returned {vecs.shape}, expected ({len(ok)}, {store.dim})")
+    extra = [v.segments for v in segs if v is not None]
+    if not all(np.isfinite(b).all() for b in (vecs, *extra)):
+        raise CollectionError("the model returned NaN or infinite embeddings; nothing written")
+    meta = dict(w.execute("SELECT key, value FROM meta").fetchall())
+    gen, n_rows = int(meta["generation"]), int(meta["rows"])
+    rows = store.rows_file(gen)
+    rows.truncate(n_rows)  # drop bytes of an interrupted batch
+    for block in (vecs, *extra):
+        rows.append(block)
+    rows.sync()
+    next_row = n_rows + len(ok)
+    with w:
+        for j, (p, size, mtime) in enumerate(ok):
+            if p in known:
+                w.execute(
+                    "UPDATE files SET size = ?, mtime_ns = ?, row = ? WHERE path = ?",
+                    (size, mtime, n_rows + j, p),
+                )
+                file_id = known[p][0]
+                w.execute("DELETE FROM segments WHERE file_id = ?", (file_id,))
+                rep.updated += 1
+            else:
+                cur = w.execute(
+                    "INSERT INTO files (path, size, mtime_ns, row) VALUES (?, ?, ?, ?)",
+                    (p, size, mtime, n_rows + j),
+                )
+                file_id = cur.lastrowid
+                rep.added += 1
+            v = segs[j]
+            if v is not None:
+                seg_rows = range(next_row, next_row + len(v.segments))
+                w.executemany(
+                    "INSERT INTO segments (file_id, row, start, end) VALUES (?, ?, ?, ?)",
+                    [(file_id, r, float(s), float(e))
+                     for r, s, e in zip(seg_rows, v.starts, v.ends, strict=True)],
+                )  # fmt: skip
+                next_row += len(v.segments)
+            w.execute("DELETE FROM failed WHERE path = ?", (p,))
+        for p, size, mtime, err in errors:
+            w.execute(
+                "INSERT OR REPLACE INTO failed (path, size, mtime_ns, error) VALUES (?, ?, ?, ?)",
+                (p, size, mtime, err),
+            )
+            rep.failed.append((p, err))
+        set_meta(w, rows=next_row)

@@ -11,12 +11,12 @@ from PIL import Image
 
 from tests.conftest import write_image
 from vsekit.cli import main
+from vsekit.fne import FNEStats, full_network_embedding, ternarise
 from vsekit.lab.features import ImageFeaturizer, create_backbone, list_backbones
 from vsekit.lab.features.crops import crop_views
 from vsekit.lab.features.extract import ExtractItem, extract_to_store, failed_images
 from vsekit.lab.features.rmac import rmac
 from vsekit.lab.features.store import FeatureStore, StoreError
-from vsekit.runtime.fne import FNEStats, full_network_embedding, ternarise
 
 EXPECTED_DIMS = {"vgg16": (12416, 4096), "resnet50": (15168, 2048), "vgg19": (13696, 4096),
                  "resnet152": (47936, 2048), "efficientnet-lite0": (3120, 1280)}  # fmt: skip

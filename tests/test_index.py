@@ -360,7 +360,7 @@ def test_default_model_is_small():
     left for the code."""
     import zlib
 
-    from vsekit.lab.torch_model import default_model_dir
+    from vsekit.bundle import default_model_dir
 
     files = list(default_model_dir().iterdir())
     generated = {".onnx"}

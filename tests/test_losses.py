@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -45,10 +46,11 @@ def test_order_similarity_formula_and_chunking(monkeypatch):
         got = order_similarity(img, txt, abs=abs)
         want = torch.tensor([[naive_order(i, c, abs) for c in txt] for i in img])
         torch.testing.assert_close(got, want)
-    import vsekit.lab.similarity as sim
+    import vsekit.similarity as core
 
-    monkeypatch.setattr(sim, "_ORDER_CHUNK", 5)  # forces one image per chunk
-    torch.testing.assert_close(order_similarity(img, txt), sim.order_similarity(img, txt))
+    full = order_similarity(img, txt)
+    monkeypatch.setattr(core, "_ORDER_CHUNK", 5)  # forces one image per chunk
+    torch.testing.assert_close(order_similarity(img, txt), full)
     # a caption below its image in every coordinate has similarity 0, the maximum
     assert float(order_similarity(torch.ones(1, 3), torch.zeros(1, 3))) == 0.0
 
@@ -92,3 +94,29 @@ def test_same_image_pairs_are_never_negatives(max_violation):
     torch.testing.assert_close(got, torch.as_tensor(total, dtype=got.dtype), rtol=1e-5, atol=1e-6)
     # without ids, the duplicates count as negatives: the loss is larger
     assert float(loss(img, txt)) > float(got)
+
+
+@pytest.mark.parametrize("name", ["cosine", "order", "euclidean"])
+def test_one_similarity_for_numpy_and_torch(name):
+    """The core (NumPy) and the lab (tensors, with gradients) run the same functions:
+    equal scores, and the tensor path keeps its gradient."""
+    from vsekit.similarity import similarity, unit
+
+    g = torch.Generator().manual_seed(3)
+    img, txt = torch.randn(5, 7, generator=g), torch.randn(4, 7, generator=g)
+    img.requires_grad_(True)
+    t = similarity(name, unit(img), unit(txt), abs_=True)
+    n = similarity(name, unit(img.detach().numpy()), unit(txt.numpy()), abs_=True)
+    assert isinstance(n, np.ndarray) and n.shape == (5, 4)
+    np.testing.assert_allclose(t.detach().numpy(), n, rtol=1e-5, atol=1e-5)
+    t.sum().backward()
+    assert img.grad is not None and torch.isfinite(img.grad).all()
+    want = unit(img.detach()).numpy()
+    np.testing.assert_allclose(
+        np.linalg.norm(want, axis=1), 1.0, rtol=1e-6
+    )  # unit rows, as the naive x / ||x||
+    np.testing.assert_allclose(
+        want,
+        img.detach().numpy() / np.linalg.norm(img.detach().numpy(), axis=1, keepdims=True),
+        rtol=1e-6,
+    )

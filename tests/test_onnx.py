@@ -11,7 +11,8 @@ import torch
 from PIL import Image
 
 import vsekit
-from vsekit.lab.torch_model import VSEModel, default_model_dir
+from vsekit.bundle import default_model_dir
+from vsekit.lab.torch_model import VSEModel
 from vsekit.media.views import crop_views_array, resize_size
 
 

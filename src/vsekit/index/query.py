@@ -8,11 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
+from vsekit.bundle import bundle_dir, precision_of
 from vsekit.index.collection import Collection, Hit, check_model, model_info
 from vsekit.index.snapshot import Snapshot
 from vsekit.runtime import BaseModel, ModelError, load_model
-from vsekit.runtime.base import bundle_dir
-from vsekit.runtime.onnx_model import precision_of
 
 MAX_QUERY_CHARS = 500
 MAX_K = 1000

@@ -39,8 +39,20 @@ import torch
 from safetensors.numpy import save_file as save_np
 from safetensors.torch import load_file, save_file
 
+from vsekit.bundle import (
+    BUNDLE_VERSION,
+    DEFAULT_MODEL,
+    TOKENIZER_FILE,
+    ExpansionVectors,
+    ModelError,
+    bundle_dir,
+    default_model_dir,
+    read_bundle_extras,
+    write_expansion,
+)
 from vsekit.config import ConfigError
-from vsekit.fsio import atomic_dir, atomic_write
+from vsekit.fne import FNEStats
+from vsekit.fsio import atomic_dir
 from vsekit.lab.models.factory import (
     create_model,
     model_config,
@@ -50,45 +62,14 @@ from vsekit.lab.models.factory import (
     word_encoders,
 )
 from vsekit.runtime.base import (
-    BUNDLE_VERSION,
-    DEFAULT_MODEL,
-    EXPANSION_INFO,
-    EXPANSION_VECTORS,
-    EXPANSION_WORDS,
-    TOKENIZER_FILE,
     BaseModel,
     ImageInput,
-    ModelError,
-    bundle_dir,
-    default_model_dir,
-    read_bundle_extras,
     unit,
 )
-from vsekit.runtime.fne import FNEStats
 from vsekit.runtime.kinds import features_of_kind
 from vsekit.text.vocab import Vocabulary
 
 __all__ = ["BUNDLE_VERSION", "ModelError", "VSEModel", "default_model_dir"]
-
-
-#: expansion vectors: one ``[N, d]`` array, or one per word encoder by state-dict prefix
-ExpansionVectors = np.ndarray | dict[str, np.ndarray]
-
-
-def write_expansion(path: Path, words: Sequence[str], vectors: ExpansionVectors, info: dict,
-                    half: bool = True) -> None:  # fmt: skip
-    """Add a vocabulary expansion to the bundle at ``path`` without touching its weights:
-    ``expansion.safetensors`` (the vectors: ``vectors`` for a model with one word table,
-    else one array per word encoder, named by its state-dict prefix), ``expansion.json``
-    (how they were made) and ``expansion.txt`` (the words), each written atomically, the
-    words last: they are what makes the expansion exist."""
-    dtype = np.float16 if half else np.float32
-    if not isinstance(vectors, dict):
-        vectors = {"vectors": vectors}
-    arrays = {k: np.ascontiguousarray(v, dtype) for k, v in vectors.items()}
-    atomic_write(path / EXPANSION_VECTORS, lambda t: save_np(arrays, str(t)))
-    atomic_write(path / EXPANSION_INFO, json.dumps(info, indent=2) + "\n")
-    atomic_write(path / EXPANSION_WORDS, "\n".join(words) + "\n")
 
 
 class VSEModel(BaseModel):

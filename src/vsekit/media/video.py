@@ -27,6 +27,7 @@ import numpy as np
 from PIL import Image
 
 from vsekit.media.images import MAX_PIXELS, ImageError, ImageTooLarge
+from vsekit.similarity import unit as l2_unit
 
 VIDEO_SUFFIXES = (".mp4", ".mov", ".webm", ".mkv", ".m4v", ".avi")
 MAX_FRAMES = 600  # frames per video at most (10 minutes at one frame a second)
@@ -308,9 +309,7 @@ def embed_video(
     v = np.concatenate(vecs)
 
     def unit(x: np.ndarray) -> np.ndarray:
-        if not normalize:
-            return x
-        return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+        return l2_unit(x) if normalize else x
 
     duration = probe(path).duration
     segs = segments(np.asarray(times), duration, segment_seconds)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from vsekit.runtime.base import BUNDLE_VERSION, BaseModel, ModelError
+from vsekit.bundle import BUNDLE_VERSION, ModelError
+from vsekit.runtime.base import BaseModel
 from vsekit.runtime.loading import list_models, load_model
 
 __all__ = [

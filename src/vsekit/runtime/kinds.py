@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from vsekit.runtime.fne import F_MINUS, F_PLUS, FNEStats, full_network_embedding
+from vsekit.fne import F_MINUS, F_PLUS, FNEStats, full_network_embedding
+from vsekit.similarity import unit
 
 FEATURE_KINDS = ("fne", "baseline", "baseline_raw", "pooled")  # computable from pooled
 STORE_KINDS = (*FEATURE_KINDS, "rmac")  # rmac comes from the last map, stores only
 
 
 def l2_normalise(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, np.float32)
-    n = np.linalg.norm(x, axis=1, keepdims=True)
-    return x / np.maximum(n, 1e-12)
+    return unit(np.asarray(x, np.float32))
 
 
 def features_of_kind(

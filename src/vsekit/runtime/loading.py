@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 
-from vsekit.runtime.base import DEFAULT_MODEL, BaseModel, ModelError, bundle_dir
+from vsekit.bundle import DEFAULT_MODEL, ModelError, bundle_dir, onnx_available
+from vsekit.runtime.base import BaseModel
 
 BACKENDS = ("auto", "onnx", "torch")
 
@@ -59,8 +60,6 @@ def load_model(
         raise ValueError(f"backend: use {' | '.join(BACKENDS)}, not {backend!r}")
     path = bundle_dir(name_or_path)
     if backend == "auto":
-        from vsekit.runtime.onnx_model import onnx_available
-
         backend = "onnx" if onnx_available(path) else "torch"
     if backend == "onnx":
         from vsekit.runtime.onnx_model import OnnxModel

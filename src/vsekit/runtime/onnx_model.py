@@ -13,7 +13,6 @@ and NumPy (:mod:`vsekit.media.views`), exactly as the PyTorch path does.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -21,51 +20,29 @@ from pathlib import Path
 
 import numpy as np
 
+from vsekit.bundle import (
+    IMAGE_FILES,
+    INT8_FILE,
+    PRECISIONS,
+    TOKENIZER_FILE,
+    ModelError,
+    bundle_dir,
+    default_precision,
+    int8_fingerprint,
+    missing_onnx,
+    read_bundle_extras,
+    read_onnx_meta,
+    verify_onnx,
+)
 from vsekit.media.images import load_image
 from vsekit.media.views import crop_views_array
 from vsekit.runtime.base import (
-    TOKENIZER_FILE,
     BaseModel,
     ImageInput,
-    ModelError,
-    bundle_dir,
-    read_bundle_extras,
     unit,
 )
 from vsekit.text.tokenizer import tokenize
 from vsekit.text.vocab import Vocabulary
-
-ONNX_FILES = ("text.onnx", "onnx.json")  # and at least one of IMAGE_FILES
-PRECISIONS = ("fp32", "int8")
-INT8_FILE = "image.int8.onnx"
-IMAGE_FILES = {"fp32": "image.onnx", "int8": INT8_FILE}
-
-
-def _missing(path: Path) -> list[str]:
-    missing = [f for f in ONNX_FILES if not (path / f).is_file()]
-    if not any((path / f).is_file() for f in IMAGE_FILES.values()):
-        missing.append(" or ".join(IMAGE_FILES.values()))
-    return missing
-
-
-def default_precision(path: Path) -> str:
-    """The bundle's own default (``onnx.json``), fp32 when it names none."""
-    try:
-        return json.loads((path / "onnx.json").read_text()).get("default_precision", "fp32")
-    except (OSError, ValueError):
-        return "fp32"
-
-
-def onnx_available(path: Path) -> bool:
-    """The bundle has its ONNX files and onnxruntime is installed."""
-    if _missing(path):
-        return False
-    try:
-        import onnxruntime  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
 
 #: The text graph runs on one thread unless told otherwise: a query is a GRU over a few
 #: words, where a thread pool's hand-offs cost more than they save, and a service's
@@ -85,31 +62,6 @@ def _session(path: Path, threads: int | None):
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 
-def int8_fingerprint(fingerprint: str, int8_sha256: str) -> str:
-    """The int8 image encoder's identity: the weights' fingerprint and the quantised
-    graph's sha256 (its calibration decides its embeddings)."""
-    return hashlib.sha256(f"{fingerprint}:int8:{int8_sha256}".encode()).hexdigest()[:16]
-
-
-def precision_of(path: Path, fingerprint: str) -> str | None:
-    """The image precision of the bundle at ``path`` whose fingerprint is
-    ``fingerprint`` (an index's), read from ``onnx.json`` without loading a graph; None
-    when neither matches or the bundle has no ONNX files."""
-    try:
-        meta = json.loads((path / "onnx.json").read_text())
-    except (OSError, ValueError):
-        return None
-    fp = meta.get("model_fingerprint")
-    if fp is None:
-        return None
-    if fp == fingerprint and (path / IMAGE_FILES["fp32"]).is_file():
-        return "fp32"
-    int8_sha = meta.get("sha256", {}).get(INT8_FILE)
-    if int8_sha and int8_fingerprint(fp, int8_sha) == fingerprint:
-        return "int8"
-    return None
-
-
 class OnnxModel(BaseModel):
     """A bundle run by ONNX Runtime on the CPU."""
 
@@ -124,23 +76,14 @@ class OnnxModel(BaseModel):
         super().__init__(info, extras["fne_stats"], extras["captions"], path, extras["tagger"])
         self._tag_table = extras["tag_table"]
         self._tag_bias = extras["tag_bias"]
-        meta = json.loads((path / "onnx.json").read_text())
+        meta = read_onnx_meta(path)
         if precision == "int8" and INT8_FILE not in meta["sha256"]:
             raise ModelError(
                 f"{path}: no int8 image graph; create it with "
                 f"`vse model onnx {path} --int8 --calibrate DATASET`"
             )
         self.precision = precision
-        unused = {f for p, f in IMAGE_FILES.items() if p != precision}
-        for name, want in meta["sha256"].items():
-            if name in unused:  # the other image graph: verified when it is the one loaded
-                continue
-            got = hashlib.sha256((path / name).read_bytes()).hexdigest()
-            if got != want:
-                raise ModelError(
-                    f"{path / name}: sha256 {got} is not the recorded {want}; "
-                    "re-create it with `vse model onnx`"
-                )
+        verify_onnx(path, meta, precision)
         self._image_file = IMAGE_FILES[precision]
         self._has_image = self._image_file in meta["sha256"]  # see _session
         self._fingerprint = meta.get("model_fingerprint")  # of the weights; see fingerprint
@@ -177,7 +120,7 @@ class OnnxModel(BaseModel):
         path = bundle_dir(name)
         if threads is None and os.environ.get("VSEKIT_THREADS", "").isdigit():
             threads = int(os.environ["VSEKIT_THREADS"]) or None  # set by `vse ... --threads`
-        missing = _missing(path)
+        missing = missing_onnx(path)
         if missing:
             raise ModelError(
                 f"{path}: no {', '.join(missing)}; create them with `vse model onnx {path}`"

@@ -120,9 +120,10 @@ def _add_expand_vocab(msub: argparse._SubParsersAction) -> None:
 
 
 def _model_expand_vocab(args: argparse.Namespace) -> int:
+    from vsekit.bundle import write_expansion
     from vsekit.lab.models.factory import word_encoders
     from vsekit.lab.text.glove import load_glove
-    from vsekit.lab.torch_model import VSEModel, write_expansion
+    from vsekit.lab.torch_model import VSEModel
     from vsekit.lab.train.onnx_export import export_onnx
     from vsekit.text.expansion import expand_vocabulary
 

@@ -1,6 +1,6 @@
 """Image features: backbones, crops, extraction to a FeatureStore, FNE, R-MAC.
 
-Names are imported on first use (PEP 562): ``vsekit.runtime.fne`` and ``.kinds`` are
+Names are imported on first use (PEP 562): ``vsekit.fne`` and ``.kinds`` are
 NumPy-only and serve the PyTorch-free runtime; the rest needs PyTorch."""
 
 from __future__ import annotations

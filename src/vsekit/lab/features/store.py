@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
+from vsekit.fne import F_MINUS, F_PLUS, FNEStats
 from vsekit.fsio import atomic_write
-from vsekit.runtime.fne import F_MINUS, F_PLUS, FNEStats
 from vsekit.runtime.kinds import features_of_kind
 
 STORE_VERSION = 1

@@ -30,11 +30,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from vsekit.bundle import IMAGE_FILES, TOKENIZER_FILE
 from vsekit.fsio import atomic_write
 from vsekit.lab.models.factory import EnsembleEmbedding
 from vsekit.lab.torch_model import VSEModel
-from vsekit.runtime.base import TOKENIZER_FILE
-from vsekit.runtime.onnx_model import IMAGE_FILES
 
 ONNX_OPSET = 17
 

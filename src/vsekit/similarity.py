@@ -1,0 +1,75 @@
+"""Image-caption similarities and L2 normalisation, written once for both layers.
+
+Every function works on NumPy arrays (the core, at inference) and on PyTorch tensors (the
+lab, in training, with gradients) through the operators the two share (``@``, ``**``,
+``.sum``, ``.clip``); the lab's similarity registry wraps these same functions.
+
+``S(img[N, D], txt[M, D]) -> [N, M]``, higher = closer:
+
+* ``cosine``: ``i . c`` on L2-normalised embeddings (journal paper eq. 2).
+* ``order``: ``-||max(0, c - i)||^2`` (Vendrov et al.; journal paper eq. 3): a caption is
+  above its image in the partial order when every coordinate of ``c`` is below ``i``'s.
+  With ``abs_=True`` both are taken in absolute value first, as in the original code.
+* ``euclidean``: ``-||i - c||^2`` (caption-retrieval report, section 4.2).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+Array = Any  # numpy.ndarray or torch.Tensor
+SIMILARITY_NAMES = ("cosine", "order", "euclidean")
+_ORDER_CHUNK = 1 << 24  # elements of the [n, M, D] difference held at once
+
+
+def _cat(parts: list, like: Array) -> Array:
+    """Concatenate along rows in the inputs' own library (torch only if it is already
+    in use: the core never imports it)."""
+    if type(like).__module__.startswith("torch"):
+        torch = sys.modules["torch"]
+        return torch.cat(parts) if parts else like.new_zeros(0, 0)
+    return np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
+
+
+def unit(x: Array, eps: float = 1e-12) -> Array:
+    """Rows scaled to unit L2 norm (rows of zeros stay zero): ``x / max(||x||, eps)``."""
+    return x / ((x * x).sum(-1)[..., None] ** 0.5).clip(min=eps)
+
+
+def cosine(img: Array, txt: Array) -> Array:
+    """``[N, M]`` dot products (cosine for unit-norm inputs)."""
+    return img @ txt.T
+
+
+def order(img: Array, txt: Array, abs_: bool = False) -> Array:
+    """``[N, M]`` with ``S[n, m] = -sum_d max(0, txt[m, d] - img[n, d])^2``, in chunks of
+    images so that the ``[n, M, D]`` difference stays under ~64 MB."""
+    if abs_:
+        img, txt = abs(img), abs(txt)
+    step = max(1, _ORDER_CHUNK // max(1, txt.shape[0] * txt.shape[1]))
+    parts = [
+        -(((txt[None] - img[a : a + step][:, None]).clip(min=0)) ** 2).sum(-1)
+        for a in range(0, img.shape[0], step)
+    ]  # each (step, M)
+    out = _cat(parts, img)
+    return out.reshape(img.shape[0], txt.shape[0])
+
+
+def euclidean(img: Array, txt: Array) -> Array:
+    """``[N, M]`` negative squared euclidean distances."""
+    d = (img**2).sum(1)[:, None] + (txt**2).sum(1)[None, :] - 2 * (img @ txt.T)
+    return -d.clip(min=0)
+
+
+def similarity(name: str, img: Array, txt: Array, abs_: bool = False) -> Array:
+    """The named similarity (``abs_`` applies to ``order``); ValueError for another."""
+    if name == "cosine":
+        return cosine(img, txt)
+    if name == "order":
+        return order(img, txt, abs_)
+    if name == "euclidean":
+        return euclidean(img, txt)
+    raise ValueError(f"unknown similarity {name!r}; use {' | '.join(SIMILARITY_NAMES)}")

@@ -19,8 +19,8 @@ from PIL import Image
 from tests.conftest import make_tiny_model, write_image
 from vsekit.index import Collection, model_info
 from vsekit.index.query import MAX_QUERY_CHARS
-from vsekit.serve import app as app_module
 from vsekit.serve.app import create_app
+from vsekit.serve.routers.media import THUMB_SIZE
 
 CAPTIONS = ["a dog runs on grass", "a red car", "two people in the snow", "a red dog"]
 
@@ -69,7 +69,7 @@ def test_search_matches_the_library(client, served):
     assert [x["score"] for x in res] == sorted((x["score"] for x in res), reverse=True)
     thumb = client.get(res[0]["thumb"])
     assert thumb.status_code == 200 and thumb.headers["content-type"] == "image/jpeg"
-    assert max(Image.open(io.BytesIO(thumb.content)).size) <= app_module.THUMB_SIZE
+    assert max(Image.open(io.BytesIO(thumb.content)).size) <= THUMB_SIZE
     full = client.get(res[0]["image"])
     _, _, photos = served
     assert res[0]["path"] == f"photos/{res[0]['name']}"  # relative to its folder, no abs path
@@ -192,3 +192,21 @@ def test_browser_types_a_query_and_sees_thumbnails(served, tmp_path):
         # a photo opens in the image element; the video player stays out of sight
         assert page.locator("#full").is_visible() and not page.locator("#player").is_visible()
         page.screenshot(path=str(tmp_path / "page.png"))
+
+
+def test_token_comes_through_a_security_dependency_and_cookies_parse_leniently(served):
+    """The token check is FastAPI's security dependency: it is in the OpenAPI schema,
+    and a cookie Python's SimpleCookie rejects, sent before vse_token, does not hide it
+    (Starlette's parser)."""
+    coll, model = served[:2]
+    from vsekit.serve.guard import GuardConfig
+
+    cfg = GuardConfig(token="s3cret", allowed_hosts=["127.0.0.1"])
+    c = TestClient(create_app(coll, model, guard=cfg), base_url="http://127.0.0.1")
+    schema = c.get("/openapi.json", headers={"X-Vse-Token": "s3cret"}).json()
+    assert {"HTTPBearer", "APIKeyHeader", "APIKeyCookie", "APIKeyQuery"} <= set(
+        schema["components"]["securitySchemes"]
+    )
+    bad_first = {"Cookie": 'theme="dark; x=[1,2]; vse_token=s3cret'}
+    assert c.get("/health", headers=bad_first).status_code == 200
+    assert c.get("/health", headers={"Cookie": "vse_token=nope"}).status_code == 401

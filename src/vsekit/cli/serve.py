@@ -7,6 +7,7 @@ import os
 import sys
 
 from vsekit.cli._base import DEFAULT_INDEX, command, port_number
+from vsekit.serve.guard import TOKEN_ENV
 
 
 @command
@@ -18,7 +19,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=port_number, default=8000)
     p.add_argument(
         "--token",
-        default=os.environ.get("VSEKIT_TOKEN"),
+        default=os.environ.get(TOKEN_ENV),
         help="require this token on every endpoint (default: $VSEKIT_TOKEN); the way to "
         "expose the service on a network",
     )

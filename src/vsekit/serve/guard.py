@@ -1,17 +1,19 @@
-"""The service's front door: one ASGI middleware that every request passes before FastAPI.
+"""The service's front door, for each HTTP request in this order:
 
-In order, for each HTTP request:
-
-1. **Host** (DNS rebinding): the ``Host`` header's name must be one of
-   ``allowed_hosts`` (the bound host and loopback names by default, plus ``--allow-host``);
-   otherwise 403. ``*`` allows any.
-2. **Token**: when a token is set, every endpoint needs it, as ``Authorization: Bearer``,
-   ``X-Vse-Token``, the ``vse_token`` cookie or a ``token`` query parameter (the page sets
-   the cookie when opened as ``/?token=...``, so its images and requests carry it);
-   otherwise 401. Compared in constant time.
-3. **Body size**: a ``Content-Length`` over ``max_upload_bytes`` is refused before
-   anything is read; a body without one is counted while it arrives and cut off with 413
-   as soon as it passes the limit, so nothing larger is ever spooled to disk.
+1. **Host** (DNS rebinding), in :class:`GuardMiddleware`: the ``Host`` header's name must
+   be one of ``allowed_hosts`` (the bound host and loopback names by default, plus
+   ``--allow-host``); otherwise 403 with a JSON error naming the host. ``*`` allows any.
+   (Starlette's ``TrustedHostMiddleware`` answers 400 in plain text and splits IPv6
+   literals such as ``[::1]:8000`` wrongly, so it would not keep these guarantees.)
+2. **Body size**, in the same middleware: a ``Content-Length`` over ``max_upload_bytes``
+   is refused before anything is read; a body without one is counted while it arrives
+   and cut off with 413 as soon as it passes the limit, so nothing larger is ever
+   spooled to disk (only a middleware sees the body before FastAPI reads it).
+3. **Token**, a FastAPI security dependency on every route (:func:`token_dependency`):
+   when a token is set, every endpoint needs it, as ``Authorization: Bearer``,
+   ``X-Vse-Token``, the ``vse_token`` cookie (Starlette's lenient cookie parser) or a
+   ``token`` query parameter (the page sets the cookie when opened as ``/?token=...``, so
+   its images and requests carry it); otherwise 401. Compared in constant time.
 """
 
 from __future__ import annotations
@@ -20,8 +22,16 @@ import contextlib
 import hmac
 import json
 from dataclasses import dataclass, field
-from http.cookies import SimpleCookie
-from urllib.parse import parse_qs
+from typing import Annotated
+
+from fastapi import HTTPException, Response, Security
+from fastapi.security import (
+    APIKeyCookie,
+    APIKeyHeader,
+    APIKeyQuery,
+    HTTPAuthorizationCredentials,
+    HTTPBearer,
+)
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 TOKEN_ENV = "VSEKIT_TOKEN"
@@ -68,24 +78,6 @@ class GuardMiddleware:
         self.app, self.cfg = app, cfg
         self.hosts = {h.lower().strip("[]") for h in cfg.allowed_hosts}
 
-    def _token_ok(self, scope, headers: dict[bytes, bytes]) -> tuple[bool, bool]:
-        """``(authorised, from_query)``."""
-        want = self.cfg.token.encode()
-        auth = headers.get(b"authorization", b"")
-        offered = [
-            auth[7:] if auth.lower().startswith(b"bearer ") else b"",
-            headers.get(b"x-vse-token", b""),
-        ]
-        cookie = SimpleCookie(headers.get(b"cookie", b"").decode("latin-1"))
-        if "vse_token" in cookie:
-            offered.append(cookie["vse_token"].value.encode())
-        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-        from_query = [q.encode() for q in query.get("token", [])]
-        for t in offered:
-            if t and hmac.compare_digest(t, want):
-                return True, False
-        return any(hmac.compare_digest(t, want) for t in from_query), True
-
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
@@ -95,17 +87,6 @@ class GuardMiddleware:
         if "*" not in self.hosts and host not in self.hosts:
             await _send_json(send, 403, f"host: {host or '(none)'} is not served here")
             return
-        set_cookie = ()
-        if self.cfg.token:
-            ok, from_query = self._token_ok(scope, headers)
-            if not ok:
-                await _send_json(
-                    send, 401, "token: missing or wrong", [(b"www-authenticate", b"Bearer")]
-                )
-                return
-            if from_query:  # remember it for the page's images and requests
-                cookie = f"vse_token={self.cfg.token}; HttpOnly; SameSite=Strict; Path=/"
-                set_cookie = ((b"set-cookie", cookie.encode()),)
         limit = self.cfg.max_upload_bytes
         length = headers.get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > limit):
@@ -133,8 +114,6 @@ class GuardMiddleware:
                 return
             if msg["type"] == "http.response.start":
                 state["started"] = True
-                if set_cookie:
-                    msg = {**msg, "headers": [*msg.get("headers", []), *set_cookie]}
             await send(msg)
 
         with contextlib.suppress(_BodyTooLarge):
@@ -144,5 +123,37 @@ class GuardMiddleware:
 
 
 def add_guards(app, cfg: GuardConfig) -> None:
-    """Wrap ``app`` (FastAPI) in :class:`GuardMiddleware`."""
+    """Wrap ``app`` (FastAPI) in :class:`GuardMiddleware` (host, body size)."""
     app.add_middleware(GuardMiddleware, cfg=cfg)
+
+
+# the four ways a token may come (module level: FastAPI resolves annotations here)
+BEARER = HTTPBearer(auto_error=False)
+HEADER = APIKeyHeader(name="X-Vse-Token", auto_error=False)
+COOKIE = APIKeyCookie(name="vse_token", auto_error=False)
+QUERY = APIKeyQuery(name="token", auto_error=False)
+
+
+def token_dependency(token: str):
+    """A FastAPI dependency that requires ``token`` (see the module docstring); it also
+    documents the accepted ways in the OpenAPI schema."""
+    want = token.encode()
+
+    def same(offered: str | None) -> bool:
+        return bool(offered) and hmac.compare_digest(offered.encode(), want)
+
+    def require_token(
+        response: Response,
+        b: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)],
+        h: Annotated[str | None, Security(HEADER)],
+        c: Annotated[str | None, Security(COOKIE)],
+        q: Annotated[str | None, Security(QUERY)],
+    ) -> None:
+        if same(b.credentials if b else None) or same(h) or same(c):
+            return
+        if same(q):  # remember it for the page's images and requests
+            response.set_cookie("vse_token", token, httponly=True, samesite="strict", path="/")
+            return
+        raise HTTPException(401, "token: missing or wrong", headers={"WWW-Authenticate": "Bearer"})
+
+    return require_token

@@ -1,0 +1,58 @@
+"""``GET /search``, ``POST /search/image`` and ``GET /health``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, File, Query, UploadFile
+
+from vsekit.index.query import (
+    MAX_K,
+    MAX_QUERY_CHARS,
+    check_query,
+    check_words,
+    search_text_embedding,
+    search_vector,
+)
+from vsekit.serve.errors import ApiError
+from vsekit.serve.state import Service, hit_json, service
+
+router = APIRouter()
+Svc = Annotated[Service, Depends(service)]
+
+
+@router.get("/health")
+def health(svc: Svc) -> dict:
+    with svc.lock:
+        n = len(svc.coll)
+    return {"status": "ok", "images": n, "model": svc.coll.model_name}
+
+
+@router.get("/search")
+def search(
+    svc: Svc,
+    q: Annotated[str, Query(min_length=1, max_length=MAX_QUERY_CHARS)],
+    k: Annotated[int, Query(ge=1, le=MAX_K)] = 20,
+) -> dict:
+    """Photos and videos for a text query (a video hit names the ``start`` and ``end``
+    of its best segment, in seconds)."""
+    try:
+        q = check_query(q)
+        check_words(svc.model, q)
+    except ValueError as e:
+        raise ApiError(400, str(e)) from e
+    emb = svc.model.encode_text([q])  # the model is read-only: encode outside the lock
+    found = svc.hits(search_text_embedding, emb, k)
+    return {"query": q, "results": [hit_json(h, svc.roots_for_display()) for h in found]}
+
+
+@router.post("/search/image")
+def search_image(
+    svc: Svc, file: Annotated[UploadFile, File()], k: Annotated[int, Query(ge=1, le=MAX_K)] = 20
+) -> dict:
+    """Photos similar to an uploaded image (multipart ``file``)."""
+    im = svc.read_upload(file)
+    with svc.backbone_slots:
+        emb = svc.model.encode_image(im)
+    found = svc.hits(search_vector, emb, k)
+    return {"results": [hit_json(h, svc.roots_for_display()) for h in found]}

@@ -58,7 +58,7 @@ ENSEMBLES = {
     "3 GRU10 + 3 MiniLM10 + MiniLM10-ft1": [*three("gru10", "minilm10"), "minilm10ft1-s0"],
     "3 GRU10 + 3 MiniLM10 + 3 GRU + 3 MiniLM": three("gru10", "minilm10", "gru", "minilm"),
     "every CPU member (13)": [*three("gru10", "minilm10", "gru", "minilm"), "minilm10ft1-s0"],
-    # seeds 3 and 4 of the 10-crop members (trained in session 10 by ten_crop.train)
+    # seeds 3 and 4 of the 10-crop members (trained on 2026-11-23 by ten_crop.train)
     "5 GRU10 + 5 MiniLM10": [f"{k}-s{s}" for k in ("gru10", "minilm10") for s in range(5)],
     "every CPU member (17)": [*(f"{k}-s{s}" for k in ("gru10", "minilm10") for s in range(5)),
                               *three("gru", "minilm"), "minilm10ft1-s0"],

@@ -16,13 +16,13 @@ Reported, text-to-image over the 1,000 dev images (t2i R@1/5/10 in %):
   words the dev captions already use: their out-of-vocabulary words now get vectors).
 
 Images are ranked as ``vse search`` ranks them: less each image's hubness penalty when
-the default ships hubness reduction (since session 10); ``without_hubness_reduction``
+the default ships hubness reduction (since default-2026.11); ``without_hubness_reduction``
 holds the plain-cosine rows.
 
-Image embeddings come from the shipped ONNX image graph (int8 since session 8, as `vse
+Image embeddings come from the shipped ONNX image graph (int8 since default-2026.11-c, as `vse
 index` computes them), the text from the PyTorch model in float32 (a float ONNX text
 graph matches it to cosine 0.9999, tests/test_onnx.py; the shipped text graph's int8
-transformer, since session 9, is not what this measures).
+transformer, since default-2026.11-d, is not what this measures).
 
 Run: python benchmarks/open_vocabulary.py
 Writes benchmarks/open_vocabulary.json.

@@ -133,7 +133,7 @@ def main() -> None:
 
 
 def calibrated_tagger(neg_model, neg_data) -> dict:
-    """Beyond the paper, the tagger shipped since session 7: configs/flickr8k-tags-
+    """Beyond the paper, the tagger shipped since default-2026.11-b: configs/flickr8k-tags-
     calibrated.yaml (learned tag offsets and biases, sigmoid cross-entropy over every
     training tag; epochs chosen on 500 carved train images by MiAP), its display threshold
     calibrated on that slice to a precision of 0.8 (vsekit.lab.train.export.calibrate_tagger);

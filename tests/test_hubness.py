@@ -198,9 +198,14 @@ def test_cli_index_stores_penalties_and_info_shows_settings(tmp_path, capsys):
     assert len(list(idx.glob("pen-*.f32"))) == 1
     assert main(["search", "a red car", "--index", str(idx), "--k", "2", "--json"]) == 0
     capsys.readouterr()
-    assert main(["model", "info", str(bundle)]) == 0
+    assert main(["model", "info", str(bundle), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["hubness"]["k_text"] == 2 and info["hubness"]["source"] == "test"
+    assert main(["model", "info", str(bundle)]) == 0  # a short summary for people
+    short = capsys.readouterr().out.splitlines()
+    assert len(short) <= 10 and any(
+        line.startswith("hubness:   CSLS, beta 0.5, k 2 / 2") for line in short
+    )
 
 
 def test_collection_faiss_search_with_bias_matches_exact(tmp_path):

@@ -31,5 +31,35 @@ def _model_info(args: argparse.Namespace) -> int:
     info["path"] = str(m.path)
     hub = m.path / HUBNESS_INFO if m.path else None
     info["hubness"] = json.loads(hub.read_text()) if hub and hub.is_file() else None
-    print(json.dumps(info, indent=2))
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    print(summary(info, m))
     return 0
+
+
+def summary(info: dict, m) -> str:
+    """A few lines a person reads: what the model is, its figures, where it lives."""
+    image = info.get("image", {})
+    members = info.get("source", {}).get("members") or []
+    dev = info.get("dev_metrics") or {}
+    hub = info.get("hubness") or {}
+    lines = [
+        f"{info.get('name') or m.path.name}  (fingerprint {info['fingerprint']}, "
+        f"{m.backend} {getattr(m, 'precision', 'fp32')})",
+        f"image:     {image.get('backbone')} {image.get('features')}, {image.get('crops')} crops; "
+        f"embedding {m.embed_dim}-d, {m.similarity_name}",
+        f"text:      {len(members) or 1} tower(s)"
+        + (": " + ", ".join(x.get("name", "?") for x in members) if members else ""),
+        f"captions:  {info['captions']:,} in the annotation pool; tagger: "
+        + ("yes" if m.tagger is not None else "no"),
+    ]
+    if hub:
+        cfg = hub.get("config", hub)
+        lines.append(f"hubness:   CSLS, beta {cfg.get('beta')}, k {cfg.get('k_text')} / "
+                     f"{cfg.get('k_image')}")  # fmt: skip
+    if dev:
+        lines.append(f"dev:       rsum {dev.get('rsum')} (R@1 {dev.get('i2t_r1')} / "
+                     f"{dev.get('t2i_r1')}) recorded at export, before hubness")  # fmt: skip
+    lines.append(f"path:      {info['path']}   (--json: everything the bundle records)")
+    return "\n".join(lines)

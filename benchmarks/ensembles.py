@@ -41,6 +41,7 @@ from vsekit.lab.eval import retrieval_metrics, retrieval_metrics_from_embeddings
 from vsekit.lab.features import FeatureStore  # noqa: E402
 from vsekit.lab.train.export import model_from_run  # noqa: E402
 from vsekit.lab.train.features import image_features  # noqa: E402
+from vsekit.similarity import ensemble_concat, group_weights  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 F8K = ROOT.parent / "shared" / "data" / "flickr8k"
@@ -96,15 +97,11 @@ def metrics_sims(sims: np.ndarray, c2i: list[int]) -> dict:
 
 
 def combine(parts: list[tuple[np.ndarray, str]], share: float) -> np.ndarray:
-    """Concatenate unit embeddings scaled by sqrt(weight): the dot product is then the
-    weighted mean of the members' cosines (EnsembleEmbedding); ``share`` of the weight
-    goes to the GRU members, the rest to the MiniLM ones, equally within each kind."""
-    kinds = [k for _, k in parts]
-    n_gru, n_lm = kinds.count("gru"), kinds.count("minilm")
-    if not n_gru or not n_lm:
-        share = 1.0 if n_gru else 0.0
-    w = [share / n_gru if k == "gru" else (1 - share) / n_lm for k in kinds]
-    return np.concatenate([np.sqrt(wi) * e for wi, (e, _) in zip(w, parts, strict=True)], 1)
+    """The ensemble of ``(unit embeddings, kind)`` members with ``share`` of the weight on
+    the GRU members (:func:`vsekit.similarity.group_weights`, then the same weighting as
+    the shipped ensemble model)."""
+    weights = group_weights([k for _, k in parts], share)
+    return ensemble_concat([e for e, _ in parts], weights)
 
 
 def main() -> None:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from vsekit.lab.torch_model import VSEModel, default_model_dir
 from vsekit.lab.train.export import attach_tagger, ensemble_from_models, model_from_run
+from vsekit.similarity import group_weights
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,9 +47,7 @@ def main() -> None:
     row = bench["pairs" if args.bench == "ten_crop" else "ensembles"][args.ensemble]
     runs = [ROOT / "runs" / "ensemble" / m for m in row["members"]]
     kinds = ["gru" if m.startswith("gru") else "minilm" for m in row["members"]]
-    share = row["gru_share"]
-    weights = [share / kinds.count("gru") if k == "gru" else (1 - share) / kinds.count("minilm")
-               for k in kinds]  # fmt: skip
+    weights = group_weights(kinds, row["gru_share"])
     models = [model_from_run(r) for r in runs]
     ens = ensemble_from_models(models, weights)
     trained_crops = int(ens.info["image"]["crops"])

@@ -120,3 +120,23 @@ def test_one_similarity_for_numpy_and_torch(name):
         img.detach().numpy() / np.linalg.norm(img.detach().numpy(), axis=1, keepdims=True),
         rtol=1e-6,
     )
+
+
+def test_ensemble_weighting_is_the_weighted_mean_of_cosines():
+    """The one ensemble weighting: dot products of the concatenations equal the weighted
+    mean of the members' cosines (naive loop), for arrays and tensors; group shares."""
+    from vsekit.similarity import ensemble_concat, group_weights, unit
+
+    rng = np.random.default_rng(0)
+    img = [unit(rng.normal(size=(4, d)).astype(np.float32)) for d in (3, 5, 2)]
+    txt = [unit(rng.normal(size=(6, d)).astype(np.float32)) for d in (3, 5, 2)]
+    w = group_weights(["gru", "minilm", "minilm"], 0.4)
+    assert w == pytest.approx([0.4, 0.3, 0.3])
+    assert group_weights(["minilm", "minilm"], 0.4) == [0.5, 0.5]
+    got = ensemble_concat(img, w) @ ensemble_concat(txt, w).T
+    want = sum(wk * (i @ t.T) for wk, i, t in zip(w, img, txt, strict=True))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    tens = ensemble_concat([torch.from_numpy(x) for x in img], w)
+    np.testing.assert_allclose(tens.numpy(), ensemble_concat(img, w), rtol=1e-6)
+    with pytest.raises(ValueError, match="positive"):
+        ensemble_concat(img, [1.0, 0.0, 1.0])

@@ -15,6 +15,7 @@ lab, in training, with gradients) through the operators the two share (``@``, ``
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any
 
@@ -25,13 +26,13 @@ SIMILARITY_NAMES = ("cosine", "order", "euclidean")
 _ORDER_CHUNK = 1 << 24  # elements of the [n, M, D] difference held at once
 
 
-def _cat(parts: list, like: Array) -> Array:
-    """Concatenate along rows in the inputs' own library (torch only if it is already
-    in use: the core never imports it)."""
+def _cat(parts: list, like: Array, axis: int = 0) -> Array:
+    """Concatenate in the inputs' own library (torch only if it is already in use: the
+    core never imports it)."""
     if type(like).__module__.startswith("torch"):
         torch = sys.modules["torch"]
-        return torch.cat(parts) if parts else like.new_zeros(0, 0)
-    return np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
+        return torch.cat(parts, axis) if parts else like.new_zeros(0, 0)
+    return np.concatenate(parts, axis) if parts else np.zeros((0, 0), np.float32)
 
 
 def unit(x: Array, eps: float = 1e-12) -> Array:
@@ -73,3 +74,35 @@ def similarity(name: str, img: Array, txt: Array, abs_: bool = False) -> Array:
     if name == "euclidean":
         return euclidean(img, txt)
     raise ValueError(f"unknown similarity {name!r}; use {' | '.join(SIMILARITY_NAMES)}")
+
+
+# ------------------------------------------------------------------ ensembles
+def ensemble_scales(weights: list[float]) -> list[float]:
+    """``sqrt(w_k / sum w)`` of each member: with unit member embeddings ``i_k``, ``t_k``,
+
+        sum_k w_k cos(i_k, t_k) / sum w = < [s_1 i_1; ...], [s_1 t_1; ...] >
+
+    and both concatenations are unit vectors, so an ensemble of cosine models is one
+    cosine model (its index, search and ONNX graphs work unchanged)."""
+    if not weights or min(weights) <= 0:
+        raise ValueError(f"ensemble weights: positive numbers, not {weights}")
+    total = float(sum(weights))
+    return [math.sqrt(w / total) for w in weights]
+
+
+def group_weights(groups: list[str], share: float, first: str = "gru") -> list[float]:
+    """Member weights that give the members of group ``first`` ``share`` of the weight
+    together and the others the rest, equally within each (all of it to the only group
+    present)."""
+    n_first = groups.count(first)
+    n_rest = len(groups) - n_first
+    if not n_first or not n_rest:
+        share = 1.0 if n_first else 0.0
+    return [share / n_first if g == first else (1 - share) / n_rest for g in groups]
+
+
+def ensemble_concat(parts: list[Array], weights: list[float]) -> Array:
+    """``[N, sum D_k]``: the members' unit embeddings scaled by :func:`ensemble_scales`
+    and concatenated (NumPy arrays or tensors)."""
+    scales = ensemble_scales(weights)
+    return _cat([s * p for s, p in zip(scales, parts, strict=True)], parts[0], axis=1)

@@ -45,12 +45,6 @@ class FeatureRows:
         if len(tails) > 1:
             raise DatasetError(f"feature arrays disagree on row shape: {sorted(tails)}")
 
-    @classmethod
-    def of(cls, array: np.ndarray) -> FeatureRows:
-        """All rows of one array, in order."""
-        n = len(array)
-        return cls([array], np.stack([np.zeros(n, np.int64), np.arange(n)], axis=1))
-
     def __len__(self) -> int:
         return len(self.index)
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import save_file
 from tqdm import tqdm
 
 from vsekit.fsio import atomic_write, np_bytes
@@ -92,12 +92,3 @@ def add_audio(
     atomic_write(store.path / "meta.json", json.dumps(store.meta, indent=2))
     shutil.rmtree(cache, ignore_errors=True)
     return info
-
-
-def audio_codebook(store: FeatureStore) -> AudioCodebook:
-    if "audio" not in store.meta:
-        raise StoreError(f"{store.path}: no audio features; run `vse features audio` first")
-    d = load_file(str(store.path / "audio_codebook.safetensors"))
-    return AudioCodebook(
-        d["centroids"], d["mean"], d["std"], int(store.meta["audio"]["n_fit_frames"])
-    )

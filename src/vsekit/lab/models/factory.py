@@ -10,7 +10,6 @@ its ``kind`` names, so an option of another kind is an error.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +25,7 @@ from vsekit.lab.models.joint import JointConfig, JointEmbedding
 from vsekit.lab.models.w2vv import W2VVConfig, Word2VisualVec
 from vsekit.lab.text.encoders import TextEncoderConfig
 from vsekit.registry import Registry
+from vsekit.similarity import ensemble_concat, ensemble_scales
 from vsekit.text.vocab import Vocabulary
 
 
@@ -46,12 +46,9 @@ ModelConfig = JointConfig | W2VVConfig | BilinearConfig | EnsembleConfig | ConSE
 class EnsembleEmbedding(UnitDotModel, nn.Module):
     """Several cosine models as one: the weighted mean of their similarities.
 
-    With unit member embeddings ``i_k``, ``t_k`` and weights ``w_k`` summing to 1,
-
-        sum_k w_k cos(i_k, t_k) = < [sqrt(w_1) i_1; ...], [sqrt(w_1) t_1; ...] >
-
-    and both concatenations are unit vectors, so the ensemble is a cosine model of
-    dimension ``sum_k D_k``: an index, its search and the ONNX graphs work unchanged.
+    The weighting is :func:`vsekit.similarity.ensemble_concat` (the one implementation,
+    shared with the benchmarks): a cosine model of dimension ``sum_k D_k``, so an index,
+    its search and the ONNX graphs work unchanged.
     The members share the image features, so an ensemble of text towers costs one
     backbone pass per image at indexing time.
     """
@@ -65,29 +62,29 @@ class EnsembleEmbedding(UnitDotModel, nn.Module):
         weights = list(cfg.weights) or [1.0] * len(cfg.members)
         if len(weights) != len(cfg.members) or min(weights) <= 0:
             raise ValueError(f"model.weights: {len(cfg.members)} positive numbers, not {weights}")
+        self.weights = weights
         parsed = [model_config(m, f"model.members[{k}]") for k, m in enumerate(cfg.members)]
         for k, m in enumerate(parsed):
             if getattr(m, "similarity", None) != "cosine":
                 raise ValueError(f"model.members[{k}]: an ensemble member must use cosine")
         self.cfg = cfg
         self.members = nn.ModuleList(create_model(img_dim, vocab, m) for m in parsed)
-        self.scales = [math.sqrt(w / sum(weights)) for w in weights]
         self.embed_dim = sum(m.embed_dim for m in self.members)
 
     @property
     def device(self) -> torch.device:
         return self.members[0].device
 
+    @property
+    def scales(self) -> list[float]:
+        """Each member's factor in the concatenation (the ONNX exporter's too)."""
+        return ensemble_scales(self.weights)
+
     def encode_images(self, features: torch.Tensor) -> torch.Tensor:
-        return torch.cat(
-            [s * m.encode_images(features) for s, m in zip(self.scales, self.members, strict=True)],
-            1,
-        )
+        return ensemble_concat([m.encode_images(features) for m in self.members], self.weights)
 
     def encode_texts(self, texts: Sequence[str]) -> torch.Tensor:
-        return torch.cat(
-            [s * m.encode_texts(texts) for s, m in zip(self.scales, self.members, strict=True)], 1
-        )
+        return ensemble_concat([m.encode_texts(texts) for m in self.members], self.weights)
 
 
 MODELS: Registry[type[nn.Module]] = Registry("model")

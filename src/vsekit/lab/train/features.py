@@ -17,7 +17,6 @@ from vsekit.media.video import Sampling
 from vsekit.runtime.kinds import features_of_kind
 
 AUDIO_SUFFIX = "+audio"
-VISUAL_KINDS = ("fne", "baseline", "baseline_raw", "rmac", "pooled")
 
 
 def ensure_store(cfg: DataConfig, ds: Dataset, progress: bool = True) -> FeatureStore:

@@ -64,7 +64,12 @@ def _all_parsers(parser: argparse.ArgumentParser):
                 yield from _all_parsers(p)
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: commands of the core whose runs need no lab command registered (their start stays
+#: fast: the entry points are not read)
+CORE_ONLY = ("index", "search", "annotate", "serve")
+
+
+def build_parser(plugins: bool = True) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vse",
         description="vsekit: visual-semantic embeddings for images and sentences.",
@@ -72,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"vsekit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    missing = load_plugins()
+    missing = load_plugins() if plugins else {"vsekit.commands": {}}
     for add in COMMANDS:
         add(sub)
     for name, why in missing["vsekit.commands"].items():
@@ -96,7 +101,9 @@ def _one_line(e: BaseException) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    first = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(plugins=first not in CORE_ONLY).parse_args(argv)
     try:
         return int(args.handler(args) or 0)
     except (OSError, ValueError, RuntimeError) as e:  # DatasetError is a ValueError

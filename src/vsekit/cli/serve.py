@@ -7,7 +7,7 @@ import os
 import sys
 
 from vsekit.cli._base import DEFAULT_INDEX, command, port_number
-from vsekit.serve.guard import TOKEN_ENV
+from vsekit.serve import TOKEN_ENV
 
 
 @command

@@ -33,8 +33,9 @@ from fastapi.security import (
     HTTPBearer,
 )
 
+from vsekit.serve import TOKEN_ENV  # noqa: F401  (re-exported)
+
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-TOKEN_ENV = "VSEKIT_TOKEN"
 
 
 @dataclass

@@ -233,3 +233,28 @@ def _model_onnx(args: argparse.Namespace) -> int:
         size = (model.path / name).stat().st_size / 1e6
         print(f"{model.path / name}: {size:.1f} MB")
     return 0
+
+
+@model_command
+def _add_build(msub: argparse._SubParsersAction) -> None:
+    b = msub.add_parser(
+        "build",
+        help="build a bundle from a recipe (configs/default-model.yaml: the shipped model)",
+        epilog="example:\n  vse model build configs/default-model.yaml models/default-rebuilt",
+    )
+    b.add_argument("recipe", help="recipe YAML: members, weights, crops, captions, tagger, hubness")
+    b.add_argument("out", help="bundle directory to write")
+    b.add_argument("--root", default=".", help="folder the recipe's relative paths start from")
+    b.set_defaults(handler=_model_build)
+
+
+def _model_build(args: argparse.Namespace) -> int:
+    from vsekit.lab.build import build, load_recipe
+    from vsekit.lab.torch_model import VSEModel
+
+    recipe = load_recipe(args.recipe)
+    out = build(recipe, args.out, args.root)
+    m = VSEModel.load(out, device="cpu")
+    print(f"wrote {out}: {recipe.name}, {len(recipe.members)} member(s), fingerprint "
+          f"{m.fingerprint}; next: vse model expand-vocab {out}, vse model onnx {out}")  # fmt: skip
+    return 0

@@ -1,0 +1,169 @@
+"""Building a model bundle from a recipe: the shipped model as data, not as benchmark output.
+
+A recipe (``configs/default-model.yaml``) names the bundle's version, its members (training
+runs or single-model bundles, each pinned by its weights' sha256, with its share of the
+similarity), the crops it indexes with, the caption pool, the tagger and the hubness
+settings. ``vse model build RECIPE OUT`` joins them; nothing is read from ``benchmarks/``.
+The vocabulary expansion and the ONNX graphs are made afterwards, as for any bundle
+(``vse model expand-vocab``, ``vse model onnx``; ``scripts/setup`` does both for the
+shipped one). The recipe is a pydantic model: a wrong field is one line that names it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from vsekit.config import ConfigError
+from vsekit.lab.torch_model import VSEModel
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Member(_Strict):
+    """One member: a training run or a single-model bundle, and its share."""
+
+    run: str | None = None  # a training run directory (its best checkpoint)
+    bundle: str | None = None  # or a bundle directory
+    weight: Annotated[float, Field(gt=0)] = 1.0  # share of the similarity (normalised)
+    weights_sha256: str | None = None  # the member's weights, checked when given
+    name: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Member:
+        if (self.run is None) == (self.bundle is None):
+            raise ValueError("give exactly one of run or bundle")
+        return self
+
+
+class Captions(_Strict):
+    dataset: str  # a dataset folder (any format vse data reads)
+    split: str = "train"
+
+
+class Tagger(_Strict):
+    run: str  # a tag-ranking run on the same image features
+
+
+class HubnessRecipe(_Strict):
+    """CSLS settings (:mod:`vsekit.runtime.hubness`) and how the image bank is drawn."""
+
+    beta: Annotated[float, Field(ge=0)]
+    k_text: Annotated[int, Field(ge=1)]
+    k_image: Annotated[int, Field(ge=1)]
+    caption_stride: Annotated[int, Field(ge=1)] = 1
+    image_bank: Annotated[int, Field(ge=1)]  # train images drawn for the bank
+    bank_seed: int = 0  # numpy default_rng seed of the draw
+    dataset: str  # where the train images come from
+    store: str  # the FeatureStore whose rows (at the bundle's crops) embed the bank
+    chosen_on: str = ""  # how the settings were chosen (recorded)
+
+
+class Recipe(_Strict):
+    name: str  # the version, e.g. default-2026.11
+    released: str  # date
+    members: Annotated[list[Member], Field(min_length=1)]
+    crops: Annotated[int, Field(ge=1)] | None = None  # index with this many crops
+    captions: Captions | None = None
+    tagger: Tagger | None = None
+    hubness: HubnessRecipe | None = None
+    notes: str = ""
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    """The recipe at ``path``; ConfigError naming the file and the field."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+        return Recipe.model_validate(raw)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: invalid YAML ({e})") from e
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"]) or "recipe"
+        raise ConfigError(f"{path}: {where}: {err['msg']}") from e
+
+
+def weights_sha256(model: VSEModel) -> str:
+    """The sha256 of a model's weights (its state dict's tensors, in order, as stored in
+    float32): what a recipe pins a member by."""
+    state = model.model.state_dict()
+    return hashlib.sha256(b"".join(v.float().numpy().tobytes() for v in state.values())).hexdigest()
+
+
+def _member(m: Member, root: Path) -> VSEModel:
+    from vsekit.lab.train.export import model_from_run
+
+    if m.run is not None:
+        return model_from_run(root / m.run)
+    return VSEModel.load(root / m.bundle, device="cpu", expand=False)
+
+
+def build(recipe: Recipe, out: str | Path, root: str | Path = ".") -> Path:
+    """Write the bundle ``recipe`` describes to ``out`` (atomically); relative paths in
+    the recipe are read from ``root``. Returns ``out``."""
+    from vsekit.lab.data import load_dataset
+    from vsekit.lab.train.export import attach_tagger, ensemble_from_models
+
+    root = Path(root)
+    models = [_member(m, root) for m in recipe.members]
+    members = []
+    for k, (m, model) in enumerate(zip(recipe.members, models, strict=True)):
+        sha = weights_sha256(model)
+        if m.weights_sha256 and sha != m.weights_sha256:
+            raise ConfigError(
+                f"members.{k}: {m.run or m.bundle} has weights sha256 {sha}, not the "
+                f"recipe's {m.weights_sha256}"
+            )
+        members.append({"name": m.name or Path(m.run or m.bundle).name, "weights_sha256": sha})
+    weights = [m.weight for m in recipe.members]
+    model = models[0] if len(models) == 1 else ensemble_from_models(models, weights)
+    if recipe.crops and recipe.crops != int(model.info["image"]["crops"]):
+        image = model.info["image"]
+        image.setdefault("trained_on_crops", int(image["crops"]))
+        image["crops"] = recipe.crops
+        if "preprocessing" in image:
+            image["preprocessing"]["crops"] = recipe.crops
+    if recipe.tagger is not None:
+        attach_tagger(model, root / recipe.tagger.run)
+    captions: list[str] = []
+    if recipe.captions is not None:
+        captions = list(
+            load_dataset(root / recipe.captions.dataset).split(recipe.captions.split).texts
+        )
+    model.info.update(name=recipe.name, released=recipe.released)
+    model.info["source"] = {"recipe": recipe.model_dump(), "members": members}
+    out = model.save(out, captions=captions)
+    if recipe.hubness is not None:
+        _add_hubness(out, recipe.hubness, root)
+    return Path(out)
+
+
+def _add_hubness(bundle: Path, h: HubnessRecipe, root: Path) -> None:
+    """The CSLS settings and an image bank drawn from the train split, embedded by the
+    built model from the store's rows (the bundle's crops)."""
+    from vsekit.lab.data import load_dataset
+    from vsekit.lab.features import FeatureStore
+    from vsekit.lab.train.features import image_features
+    from vsekit.runtime.hubness import HubnessConfig, write_hubness
+
+    model = VSEModel.load(bundle, device="cpu")
+    train = load_dataset(root / h.dataset).split("train")
+    pick = np.sort(np.random.default_rng(h.bank_seed).choice(len(train.images), h.image_bank,
+                                                             replace=False))  # fmt: skip
+    ids = [train.images[i].id for i in pick]
+    store = FeatureStore(Path(h.store).expanduser())
+    bank = model.encode_image_features(image_features(store, model.info["image"]["features"], ids))
+    cfg = HubnessConfig(beta=h.beta, k_text=h.k_text, k_image=h.k_image,
+                        caption_stride=h.caption_stride)  # fmt: skip
+    info = {"chosen_on": h.chosen_on, "model_fingerprint": model.fingerprint,
+            "image_bank_from": f"{h.dataset} train, {h.image_bank} images drawn with numpy "
+            f"default_rng({h.bank_seed}), FeatureStore {h.store}"}  # fmt: skip
+    write_hubness(bundle, cfg, bank, info)

@@ -1,0 +1,93 @@
+"""`vse model build`: a bundle from a recipe file, pinned by its members' weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import make_tiny_model
+from vsekit.cli import main
+from vsekit.config import ConfigError
+from vsekit.lab.build import build, load_recipe, weights_sha256
+from vsekit.lab.torch_model import VSEModel
+from vsekit.lab.train.export import ensemble_from_models
+
+ROOT = Path(__file__).resolve().parents[1]
+CAPS = ["a dog runs on grass", "a red car", "two people in the snow"]
+
+
+def members(tmp_path: Path) -> list[dict]:
+    out = []
+    for seed in (0, 1):
+        b = make_tiny_model(CAPS, seed=seed).save(tmp_path / f"m{seed}", half=False)
+        out.append({"bundle": b.name, "weight": 0.6 if seed == 0 else 0.4,
+                    "weights_sha256": weights_sha256(VSEModel.load(b, expand=False))})  # fmt: skip
+    return out
+
+
+def write(tmp_path: Path, **recipe) -> Path:
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump({"name": "tiny-2026.11", "released": "2026-11-23", **recipe}))
+    return path
+
+
+def test_build_reproduces_the_ensemble_and_records_the_version(tmp_path):
+    recipe = write(tmp_path, members=members(tmp_path), crops=2)
+    out = build(load_recipe(recipe), tmp_path / "built", tmp_path)
+    built = VSEModel.load(out)
+    direct = ensemble_from_models([VSEModel.load(tmp_path / f"m{s}") for s in (0, 1)], [0.6, 0.4])
+    assert built.fingerprint != direct.fingerprint  # the crops are part of the image side
+    direct.info["image"].update(crops=2, trained_on_crops=1)
+    if "preprocessing" in direct.info["image"]:
+        direct.info["image"]["preprocessing"]["crops"] = 2
+    assert built.fingerprint == direct.fingerprint
+    assert built.info["name"] == "tiny-2026.11" and built.info["image"]["crops"] == 2
+    again = build(load_recipe(recipe), tmp_path / "again", tmp_path)
+    assert VSEModel.load(again).fingerprint == built.fingerprint
+
+
+def test_a_member_with_other_weights_is_refused(tmp_path):
+    ms = members(tmp_path)
+    ms[1]["weights_sha256"] = "0" * 64
+    with pytest.raises(ConfigError, match=r"members\.1: m1 has weights sha256 .* not the recipe's"):
+        build(load_recipe(write(tmp_path, members=ms)), tmp_path / "built", tmp_path)
+    assert not (tmp_path / "built").exists()  # nothing half-written
+
+
+@pytest.mark.parametrize(
+    ("change", "where"),
+    [({"members": []}, "members"), ({"crops": 0}, "crops"), ({"colour": 1}, "colour")],
+)
+def test_recipe_errors_name_the_field(tmp_path, change, where):
+    path = write(tmp_path, **{"members": members(tmp_path), **change})
+    with pytest.raises(ConfigError, match=rf"recipe\.yaml: {where}"):
+        load_recipe(path)
+    bad = write(tmp_path, members=[{"run": "a", "bundle": "b"}])
+    with pytest.raises(ConfigError, match=r"members\.0: Value error, give exactly one"):
+        load_recipe(bad)
+
+
+def test_cli_build_and_the_shipped_recipe_parses(tmp_path, capsys):
+    recipe = write(tmp_path, members=members(tmp_path))
+    assert (
+        main(["model", "build", str(recipe), str(tmp_path / "out"), "--root", str(tmp_path)]) == 0
+    )
+    assert "tiny-2026.11, 2 member(s), fingerprint" in capsys.readouterr().out
+    shipped = load_recipe(ROOT / "configs" / "default-model.yaml")
+    info = VSEModel.load("default").info
+    assert shipped.name == info["name"]
+    pinned = [m["weights_sha256"] for m in info["source"]["members"]]
+    assert [m.weights_sha256 for m in shipped.members] == pinned
+
+
+def test_rebuilding_the_shipped_default_gives_its_fingerprint(tmp_path):
+    """Needs the member runs (runs/ensemble/*, runs/tags-calibrated) and the 2-crop store,
+    which live on the machine that trained them."""
+    recipe = load_recipe(ROOT / "configs" / "default-model.yaml")
+    missing = [m.run for m in recipe.members if not (ROOT / m.run).is_dir()]
+    if missing:
+        pytest.skip(f"member runs not on this machine: {', '.join(missing)}")
+    out = build(recipe, tmp_path / "default", ROOT)
+    assert VSEModel.load(out).fingerprint == VSEModel.load("default").fingerprint

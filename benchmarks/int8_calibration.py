@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -37,6 +36,8 @@ from _common import record  # noqa: E402
 import vsekit  # noqa: E402
 from vsekit.lab.data import load_dataset  # noqa: E402
 from vsekit.lab.eval.retrieval import retrieval_metrics  # noqa: E402
+from vsekit.lab.torch_model import VSEModel  # noqa: E402
+from vsekit.lab.train.onnx_export import export_onnx  # noqa: E402
 from vsekit.runtime.base import bundle_dir  # noqa: E402
 
 FLICKR8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k"
@@ -85,17 +86,15 @@ def main() -> None:
         bundle = OUT / f"{name}-int8-{method.replace('@', '-n').replace('+', '-')}"
         shutil.rmtree(bundle, ignore_errors=True)
         shutil.copytree(bundle_dir(args.model), bundle)
-        cmd = [sys.executable, "-m", "vsekit", "model", "onnx", str(bundle), "--int8",
-               "--calibrate", str(FLICKR8K), "--calibration-method", parts[0],
-               "--keep-float", keep, "--calibration-images", n or "200"]  # fmt: skip
-        if "ma" in parts:
-            cmd.append("--moving-average")
-        if "pre" in parts:
-            cmd.append("--preprocess")
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-        # held-out images that this variant's calibration (the CLI's rule) did not use
+        # the calibration sweep's knobs are the exporter's arguments (research options,
+        # not `vse model onnx` flags); the images are the CLI's rule: every step-th train image
         n_cal = int(n or 200)
         step = max(1, len(train.images) // n_cal)
+        export_onnx(VSEModel.load(bundle, device="cpu"), bundle,
+                    calibration=[im.path for im in train.images[::step][:n_cal]],
+                    calibration_method=parts[0], keep_float=keep,
+                    moving_average="ma" in parts, preprocess="pre" in parts)  # fmt: skip
+        # held-out images that this variant's calibration did not use
         used = {str(im.path) for im in train.images[::step][:n_cal]}
         kept = np.array([str(p) not in used for p in held])
         q = vsekit.load_model(bundle, backend="onnx", precision="int8").encode_image(held)

@@ -83,21 +83,10 @@ def _add_onnx(msub: argparse._SubParsersAction) -> None:
     ox.add_argument("--calibrate", help="dataset whose train split calibrates int8")
     ox.add_argument("--calibration-images", type=positive_int, default=200)
     ox.add_argument(
-        "--calibration-method", choices=("minmax", "percentile", "entropy"), default="minmax"
-    )
-    ox.add_argument(
-        "--keep-float",
-        choices=("none", "stem", "head", "stem-head"),
-        default="none",
-        help="int8: leave the first convolution (stem) and/or the projection (head) in float",
-    )
-    ox.add_argument(
-        "--moving-average", action="store_true", help="int8 minmax: moving-average ranges"
-    )
-    ox.add_argument(
-        "--preprocess",
-        action="store_true",
-        help="int8: ONNX Runtime's quant_pre_process first (fold batch norms, fuse)",
+        "--calibration-method",
+        choices=("minmax", "percentile"),
+        default="percentile",
+        help="int8 activation ranges (the shipped default: percentile)",
     )
     ox.set_defaults(handler=_model_onnx)
 
@@ -222,9 +211,6 @@ def _model_onnx(args: argparse.Namespace) -> int:
         storage=args.storage,
         calibration=calibration,
         calibration_method=args.calibration_method,
-        keep_float=args.keep_float,
-        moving_average=args.moving_average,
-        preprocess=args.preprocess,
         int8_default=args.int8_default,
         int8_only=args.int8_only,
         text_int8=args.text_int8,

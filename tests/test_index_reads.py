@@ -152,3 +152,64 @@ def test_row_file_keeps_committed_rows_and_drops_a_torn_batch(tmp_path):
     np.testing.assert_array_equal(got, np.concatenate([a, a + 10]))
     with pytest.raises(ValueError, match=r"expected \(n, 3\)"):
         f.append(np.zeros((1, 4), np.float32))
+
+
+def _built(tmp_path):
+    from tests.test_index import INFO, CountingEmbedder
+    from vsekit.index import Collection
+
+    photos = tmp_path / "p"
+    for i in range(4):
+        write_image(photos / f"{i}.png", seed=i)
+    coll = Collection(tmp_path / "idx", INFO)
+    coll.update(photos, CountingEmbedder(), progress=False)
+    coll.close()
+    return tmp_path / "idx", photos
+
+
+def test_an_index_made_with_a_wal_journal_opens_updates_and_searches(tmp_path):
+    """Indexes written before the rollback journal used WAL: the first open converts
+    them under the lock; then updates work and searches leave no -wal/-shm files."""
+    import sqlite3
+
+    from tests.test_index import CountingEmbedder
+    from vsekit.index import Collection
+
+    idx, photos = _built(tmp_path)
+    db = sqlite3.connect(idx / "index.sqlite")
+    assert db.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
+    db.close()
+    coll = Collection(idx)
+    write_image(photos / "9.png", seed=9)
+    assert coll.update(photos, CountingEmbedder(), progress=False).added == 1
+    coll.close()
+    before = _files(idx)
+    q = np.asarray(Collection(idx).snapshot.emb[:1])
+    assert len(Collection(idx).search(q, k=3)[0]) == 3
+    assert _files(idx) == before and not list(idx.glob("*-wal"))
+
+
+def test_a_writer_killed_mid_transaction_leaves_an_index_that_searches(tmp_path):
+    """A hot journal (a writer killed after pages reached the database file) is rolled
+    back by the next open, under the lock; the committed rows are all there."""
+    import subprocess
+    import sys
+
+    from vsekit.index import Collection
+
+    idx, _ = _built(tmp_path)
+    kill = f"""
+import os, sqlite3
+db = sqlite3.connect({str(idx / "index.sqlite")!r})
+db.execute("PRAGMA cache_size=1")
+db.execute("BEGIN")
+for i in range(3000):
+    db.execute("INSERT INTO failed VALUES (?, 0, 0, ?)", (f"/x/{{i}}", "e" * 200))
+os._exit(9)
+"""
+    subprocess.run([sys.executable, "-c", kill], check=False)
+    journal = idx / "index.sqlite-journal"
+    assert journal.is_file() and journal.stat().st_size > 0  # the hot journal is there
+    coll = Collection(idx)
+    assert len(coll) == 4 and coll.failures() == []
+    assert len(coll.search(np.asarray(coll.snapshot.emb[:1]), k=4)[0]) == 4

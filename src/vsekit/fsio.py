@@ -180,10 +180,14 @@ class RowFile:
             return 0
 
     def truncate(self, rows: int) -> None:
-        """Cut (or create) the file at ``rows`` rows and fsync it."""
+        """Cut (or create) the file at ``rows`` rows and fsync it (and, for a new file,
+        its folder, so that the file survives a power cut before it is committed)."""
+        new = not self.path.exists()
         with open(self.path, "ab") as fh:
             fh.truncate(int(rows) * self.dim * 4)
             os.fsync(fh.fileno())
+        if new:
+            fsync_dir(self.path.parent)
 
     def append(self, block) -> None:
         """Append ``block`` (``[n, dim]``) at the end of the file (not yet fsync'ed)."""

@@ -90,6 +90,8 @@ class IndexStore:
             self.path.mkdir(parents=True, exist_ok=True)
             self._create(model_info, rebuild)
         self.read_only = not os.access(self.path, os.W_OK) or not os.access(self.db_path, os.W_OK)
+        if not self.read_only:
+            self._recover()
         try:
             self.db = self._reader()
             meta = self.meta()
@@ -125,12 +127,40 @@ class IndexStore:
         return sqlite3.connect(f"file:{self.db_path}?mode={mode}", uri=True,
                                timeout=30, check_same_thread=False)  # fmt: skip
 
+    def _needs_recovery(self) -> bool:
+        """The database is in WAL mode (an index made before the rollback journal: its
+        header's read/write versions are 2) or a killed writer left a hot journal."""
+        try:
+            with open(self.db_path, "rb") as fh:
+                header = fh.read(20)
+        except OSError:
+            return False
+        wal = len(header) == 20 and (header[18] == 2 or header[19] == 2)
+        journal = self.db_path.with_name(DB_NAME + "-journal")
+        hot = journal.is_file() and journal.stat().st_size > 0
+        return wal or hot or self.db_path.with_name(DB_NAME + "-wal").exists()
+
+    def _recover(self) -> None:
+        """Before any read-only connection: under the writer lock, let a read-write
+        connection roll back a hot journal (a writer killed mid-commit) and turn a WAL
+        index into a rollback-journal one, so that readers never need to write."""
+        if not self._needs_recovery():
+            return
+        with exclusive_lock(self.path / LOCK_NAME, wait=f"{self.path}: waiting for the writer"):
+            db = sqlite3.connect(self.db_path, timeout=30)
+            try:
+                db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # rolls back
+                mode = db.execute("PRAGMA journal_mode=DELETE").fetchone()[0].lower()
+            finally:
+                db.close()
+            if mode != "delete":
+                raise CollectionError(f"{self.db_path}: cannot leave journal mode {mode}")
+
     def _writer_db(self) -> sqlite3.Connection:
         if self._w is None:
-            self._w = sqlite3.connect(self.db_path, timeout=30, check_same_thread=False)
-            if self._w.execute("PRAGMA journal_mode").fetchone()[0].lower() != "delete":
-                self._w.execute("PRAGMA journal_mode=DELETE")  # indexes made with WAL
-            self._w.executescript(SCHEMA)
+            w = sqlite3.connect(self.db_path, timeout=30, check_same_thread=False)
+            w.executescript(SCHEMA)
+            self._w = w
         return self._w
 
     def _create(self, model_info: dict, rebuild: str) -> None:

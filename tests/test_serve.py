@@ -194,19 +194,34 @@ def test_browser_types_a_query_and_sees_thumbnails(served, tmp_path):
         page.screenshot(path=str(tmp_path / "page.png"))
 
 
-def test_token_comes_through_a_security_dependency_and_cookies_parse_leniently(served):
-    """The token check is FastAPI's security dependency: it is in the OpenAPI schema,
-    and a cookie Python's SimpleCookie rejects, sent before vse_token, does not hide it
-    (Starlette's parser)."""
-    coll, model = served[:2]
-    from vsekit.serve.guard import GuardConfig
+def test_token_cookie_parses_leniently_and_is_checked_before_the_body(served):
+    """A cookie Python's SimpleCookie rejects, sent before vse_token, does not hide it
+    (Starlette's parser); a request without the token gets 401 before one byte of its
+    body is read (no upload is parsed or spooled for an unauthenticated client)."""
+    import asyncio
 
+    from vsekit.serve.guard import GuardConfig, GuardMiddleware
+
+    coll, model = served[:2]
     cfg = GuardConfig(token="s3cret", allowed_hosts=["127.0.0.1"])
     c = TestClient(create_app(coll, model, guard=cfg), base_url="http://127.0.0.1")
-    schema = c.get("/openapi.json", headers={"X-Vse-Token": "s3cret"}).json()
-    assert {"HTTPBearer", "APIKeyHeader", "APIKeyCookie", "APIKeyQuery"} <= set(
-        schema["components"]["securitySchemes"]
-    )
     bad_first = {"Cookie": 'theme="dark; x=[1,2]; vse_token=s3cret'}
     assert c.get("/health", headers=bad_first).status_code == 200
     assert c.get("/health", headers={"Cookie": "vse_token=nope"}).status_code == 401
+    page = c.get("/docs?token=s3cret")  # a route that returns its own Response
+    assert page.status_code == 200 and "vse_token=s3cret" in page.headers["set-cookie"]
+    pulled, sent = [], []
+
+    async def inner(scope, receive, send):
+        await receive()
+
+    async def receive():
+        pulled.append(1)
+        return {"type": "http.request", "body": b"x" * 1000, "more_body": True}
+
+    async def send(msg):
+        sent.append(msg)
+
+    scope = {"type": "http", "headers": [(b"host", b"127.0.0.1")], "query_string": b""}
+    asyncio.run(GuardMiddleware(inner, cfg)(scope, receive, send))
+    assert pulled == [] and sent[0]["status"] == 401

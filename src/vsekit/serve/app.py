@@ -27,14 +27,14 @@ one (DNS rebinding); absolute paths reach clients only with ``show_paths``.
 
 from __future__ import annotations
 
-from fastapi import Depends, FastAPI
+from fastapi import FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from vsekit.index.collection import Collection
 from vsekit.runtime import BaseModel
 from vsekit.serve.errors import ApiError, install_error_handlers
-from vsekit.serve.guard import GuardConfig, add_guards, token_dependency
+from vsekit.serve.guard import GuardConfig, add_guards
 from vsekit.serve.routers import annotate, media, search
 from vsekit.serve.state import Service
 
@@ -47,13 +47,11 @@ def create_app(
     """The service for one collection and the model its embeddings come from; ``guard``
     sets the token, allowed hosts, upload limit and whether paths are shown."""
     guard = guard or GuardConfig()
-    needs = [Depends(token_dependency(guard.token))] if guard.token else []
     app = FastAPI(
         title="vsekit",
         description="Search a photo collection by text or by image; annotate images.",
         version="1",
-        dependencies=needs,
-        docs_url=None,  # served below, behind the same token as every other route
+        docs_url=None,  # served below (the guard's token covers them like every route)
         openapi_url=None,
     )
     app.state.service = Service(coll, model, guard, method)

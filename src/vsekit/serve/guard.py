@@ -5,15 +5,18 @@
    ``--allow-host``); otherwise 403 with a JSON error naming the host. ``*`` allows any.
    (Starlette's ``TrustedHostMiddleware`` answers 400 in plain text and splits IPv6
    literals such as ``[::1]:8000`` wrongly, so it would not keep these guarantees.)
-2. **Body size**, in the same middleware: a ``Content-Length`` over ``max_upload_bytes``
+2. **Token**, in the same middleware, before anything of the body is read: when a token
+   is set, every request needs it, as ``Authorization: Bearer``, ``X-Vse-Token``, the
+   ``vse_token`` cookie (Starlette's lenient cookie parser, so one malformed cookie does
+   not hide it) or a ``token`` query parameter (the page sets the cookie when opened as
+   ``/?token=...``, so its images and requests carry it); otherwise 401. Compared in
+   constant time. (FastAPI's security dependencies would run only after FastAPI has read
+   and parsed the body: a client without the token could make the service spool a
+   20 MB upload first. So the check stays here.)
+3. **Body size**, in the same middleware: a ``Content-Length`` over ``max_upload_bytes``
    is refused before anything is read; a body without one is counted while it arrives
    and cut off with 413 as soon as it passes the limit, so nothing larger is ever
    spooled to disk (only a middleware sees the body before FastAPI reads it).
-3. **Token**, a FastAPI security dependency on every route (:func:`token_dependency`):
-   when a token is set, every endpoint needs it, as ``Authorization: Bearer``,
-   ``X-Vse-Token``, the ``vse_token`` cookie (Starlette's lenient cookie parser) or a
-   ``token`` query parameter (the page sets the cookie when opened as ``/?token=...``, so
-   its images and requests carry it); otherwise 401. Compared in constant time.
 """
 
 from __future__ import annotations
@@ -22,16 +25,9 @@ import contextlib
 import hmac
 import json
 from dataclasses import dataclass, field
-from typing import Annotated
+from urllib.parse import parse_qs
 
-from fastapi import HTTPException, Response, Security
-from fastapi.security import (
-    APIKeyCookie,
-    APIKeyHeader,
-    APIKeyQuery,
-    HTTPAuthorizationCredentials,
-    HTTPBearer,
-)
+from starlette.requests import cookie_parser
 
 from vsekit.serve import TOKEN_ENV  # noqa: F401  (re-exported)
 
@@ -79,6 +75,23 @@ class GuardMiddleware:
         self.app, self.cfg = app, cfg
         self.hosts = {h.lower().strip("[]") for h in cfg.allowed_hosts}
 
+    def _token_ok(self, scope, headers: dict[bytes, bytes]) -> tuple[bool, bool]:
+        """``(authorised, from_query)``."""
+        want = self.cfg.token.encode()
+        auth = headers.get(b"authorization", b"")
+        offered = [
+            auth[7:] if auth.lower().startswith(b"bearer ") else b"",
+            headers.get(b"x-vse-token", b""),
+            cookie_parser(headers.get(b"cookie", b"").decode("latin-1"))
+            .get("vse_token", "")
+            .encode(),
+        ]
+        if any(t and hmac.compare_digest(t, want) for t in offered):
+            return True, False
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        from_query = [q.encode() for q in query.get("token", [])]
+        return any(hmac.compare_digest(t, want) for t in from_query), True
+
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
@@ -88,6 +101,17 @@ class GuardMiddleware:
         if "*" not in self.hosts and host not in self.hosts:
             await _send_json(send, 403, f"host: {host or '(none)'} is not served here")
             return
+        set_cookie = ()
+        if self.cfg.token:
+            ok, from_query = self._token_ok(scope, headers)
+            if not ok:
+                await _send_json(
+                    send, 401, "token: missing or wrong", [(b"www-authenticate", b"Bearer")]
+                )
+                return
+            if from_query:  # remember it for the page's images and requests
+                cookie = f"vse_token={self.cfg.token}; HttpOnly; SameSite=Strict; Path=/"
+                set_cookie = ((b"set-cookie", cookie.encode()),)
         limit = self.cfg.max_upload_bytes
         length = headers.get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > limit):
@@ -115,6 +139,8 @@ class GuardMiddleware:
                 return
             if msg["type"] == "http.response.start":
                 state["started"] = True
+                if set_cookie:
+                    msg = {**msg, "headers": [*msg.get("headers", []), *set_cookie]}
             await send(msg)
 
         with contextlib.suppress(_BodyTooLarge):
@@ -126,35 +152,3 @@ class GuardMiddleware:
 def add_guards(app, cfg: GuardConfig) -> None:
     """Wrap ``app`` (FastAPI) in :class:`GuardMiddleware` (host, body size)."""
     app.add_middleware(GuardMiddleware, cfg=cfg)
-
-
-# the four ways a token may come (module level: FastAPI resolves annotations here)
-BEARER = HTTPBearer(auto_error=False)
-HEADER = APIKeyHeader(name="X-Vse-Token", auto_error=False)
-COOKIE = APIKeyCookie(name="vse_token", auto_error=False)
-QUERY = APIKeyQuery(name="token", auto_error=False)
-
-
-def token_dependency(token: str):
-    """A FastAPI dependency that requires ``token`` (see the module docstring); it also
-    documents the accepted ways in the OpenAPI schema."""
-    want = token.encode()
-
-    def same(offered: str | None) -> bool:
-        return bool(offered) and hmac.compare_digest(offered.encode(), want)
-
-    def require_token(
-        response: Response,
-        b: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)],
-        h: Annotated[str | None, Security(HEADER)],
-        c: Annotated[str | None, Security(COOKIE)],
-        q: Annotated[str | None, Security(QUERY)],
-    ) -> None:
-        if same(b.credentials if b else None) or same(h) or same(c):
-            return
-        if same(q):  # remember it for the page's images and requests
-            response.set_cookie("vse_token", token, httponly=True, samesite="strict", path="/")
-            return
-        raise HTTPException(401, "token: missing or wrong", headers={"WWW-Authenticate": "Bearer"})
-
-    return require_token

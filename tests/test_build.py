@@ -91,3 +91,18 @@ def test_rebuilding_the_shipped_default_gives_its_fingerprint(tmp_path):
         pytest.skip(f"member runs not on this machine: {', '.join(missing)}")
     out = build(recipe, tmp_path / "default", ROOT)
     assert VSEModel.load(out).fingerprint == VSEModel.load("default").fingerprint
+
+
+def test_a_failed_build_leaves_the_old_bundle_whole(tmp_path):
+    """The bundle is built beside OUT and swapped in: a step that fails (here the
+    hubness bank's store is missing) leaves OUT as it was and no partial folder."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "marker").write_text("old")
+    hub = {"beta": 0.5, "k_text": 2, "k_image": 2, "image_bank": 2,
+           "dataset": "data", "store": "no-such-store"}  # fmt: skip
+    recipe = write(tmp_path, members=members(tmp_path), hubness=hub)
+    with pytest.raises(Exception):  # noqa: B017  (whichever error the missing data gives)
+        build(load_recipe(recipe), out, tmp_path)
+    assert (out / "marker").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []

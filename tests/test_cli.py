@@ -73,3 +73,20 @@ def test_help_has_defaults_and_an_example_and_completion(capsys):
     assert main(["completion", "bash"]) == 0
     script = capsys.readouterr().out
     assert "complete -o filenames -F _vse vse" in script and "--paths-only" in script
+
+
+def test_research_commands_without_pytorch_say_so_in_one_line(monkeypatch, capsys):
+    """Where PyTorch is not installed, the lab's commands (and vse model's building
+    sub-commands) are listed and answer with one line naming the extra, exit code 2."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "torch" else real(name, *a))  # fmt: skip
+    for argv in (["train", "configs/flickr8k-recommended.yaml"], ["model", "build", "r", "o"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "pip install 'vsekit[train]'" in err[0], err
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "train" in capsys.readouterr().out

@@ -15,6 +15,7 @@ from collections.abc import Callable
 CommandAdder = Callable[[argparse._SubParsersAction], None]
 COMMANDS: list[CommandAdder] = []
 MODEL_COMMANDS: list[CommandAdder] = []
+MISSING_MODEL_COMMANDS: dict[str, str] = {}  # vse model sub-commands whose extra is missing
 # entry-point groups of the commands that live above the core (the lab)
 PLUGIN_GROUPS = ("vsekit.commands", "vsekit.model_commands")
 
@@ -39,14 +40,23 @@ def load_plugins() -> dict[str, dict[str, str]]:
     named 'torch'"}``)."""
     from importlib import import_module
     from importlib.metadata import entry_points
+    from importlib.util import find_spec
 
+    # the research commands import PyTorch only when they run: without it, they are
+    # stubs from the start rather than tracebacks later
+    no_torch = find_spec("torch") is None
     missing: dict[str, dict[str, str]] = {g: {} for g in PLUGIN_GROUPS}
     for group in PLUGIN_GROUPS:
         for ep in entry_points(group=group):
+            if no_torch:
+                missing[group][ep.name] = "No module named 'torch'"
+                continue
             try:
                 import_module(ep.value)
-            except ImportError as e:
-                missing[group][ep.name] = str(e)
+            except Exception as e:  # an extra that is missing or broken: say so, go on
+                missing[group][ep.name] = f"{type(e).__name__}: {e}"
+    MISSING_MODEL_COMMANDS.clear()
+    MISSING_MODEL_COMMANDS.update(missing["vsekit.model_commands"])
     return missing
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from vsekit.cli._base import MODEL_COMMANDS, command, load_model
+from vsekit.cli._base import MISSING_MODEL_COMMANDS, MODEL_COMMANDS, add_stub, command, load_model
 
 
 @command
@@ -19,6 +19,9 @@ def _add_model(sub: argparse._SubParsersAction) -> None:
     i.set_defaults(handler=_model_info)
     for add in MODEL_COMMANDS:
         add(msub)
+    for name, why in MISSING_MODEL_COMMANDS.items():
+        if name not in msub.choices:
+            add_stub(msub, name, why)
 
 
 def _model_info(args: argparse.Namespace) -> int:

@@ -12,6 +12,8 @@ shipped one). The recipe is a pydantic model: a wrong field is one line that nam
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 from pathlib import Path
 from typing import Annotated
 
@@ -95,7 +97,8 @@ def weights_sha256(model: VSEModel) -> str:
     """The sha256 of a model's weights (its state dict's tensors, in order, as stored in
     float32): what a recipe pins a member by."""
     state = model.model.state_dict()
-    return hashlib.sha256(b"".join(v.float().numpy().tobytes() for v in state.values())).hexdigest()
+    raw = b"".join(v.detach().cpu().float().numpy().tobytes() for v in state.values())
+    return hashlib.sha256(raw).hexdigest()
 
 
 def _member(m: Member, root: Path) -> VSEModel:
@@ -140,13 +143,26 @@ def build(recipe: Recipe, out: str | Path, root: str | Path = ".") -> Path:
         )
     model.info.update(name=recipe.name, released=recipe.released)
     model.info["source"] = {"recipe": recipe.model_dump(), "members": members}
-    out = model.save(out, captions=captions)
-    if recipe.hubness is not None:
-        _add_hubness(out, recipe.hubness, root)
-    return Path(out)
+    # built beside ``out`` and swapped in whole: a failed step leaves ``out`` as it was
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.building")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        model.save(tmp, captions=captions)
+        if recipe.hubness is not None:
+            _add_hubness(tmp, recipe.hubness, root, recipe.crops)
+        old = out.with_name(f".{out.name}.old")
+        if out.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
 
 
-def _add_hubness(bundle: Path, h: HubnessRecipe, root: Path) -> None:
+def _add_hubness(bundle: Path, h: HubnessRecipe, root: Path, crops: int | None) -> None:
     """The CSLS settings and an image bank drawn from the train split, embedded by the
     built model from the store's rows (the bundle's crops)."""
     from vsekit.lab.data import load_dataset
@@ -159,7 +175,14 @@ def _add_hubness(bundle: Path, h: HubnessRecipe, root: Path) -> None:
     pick = np.sort(np.random.default_rng(h.bank_seed).choice(len(train.images), h.image_bank,
                                                              replace=False))  # fmt: skip
     ids = [train.images[i].id for i in pick]
-    store = FeatureStore(Path(h.store).expanduser())
+    store_path = Path(h.store).expanduser()
+    store = FeatureStore(store_path if store_path.is_absolute() else root / store_path)
+    want = int(model.info["image"]["crops"])
+    if int(store.meta.get("crops", want)) != want:
+        raise ConfigError(
+            f"hubness.store: {store.path} holds {store.meta.get('crops')}-crop rows; the "
+            f"bundle indexes with {want} (crops: {crops})"
+        )
     bank = model.encode_image_features(image_features(store, model.info["image"]["features"], ids))
     cfg = HubnessConfig(beta=h.beta, k_text=h.k_text, k_image=h.k_image,
                         caption_stride=h.caption_stride)  # fmt: skip

@@ -25,7 +25,7 @@ from vsekit.cli import (  # noqa: F401  (register commands)
     search,
     serve,
 )
-from vsekit.cli._base import COMMANDS, add_stub, load_plugins
+from vsekit.cli._base import COMMANDS, MISSING_MODULES, add_stub, load_plugins
 
 EXAMPLES = {
     "index": "vse index ~/Pictures                   # re-run to update; --exclude '*/raw/*'",
@@ -79,7 +79,8 @@ def build_parser(plugins: bool = True) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     missing = load_plugins() if plugins else {"vsekit.commands": {}}
     for add in COMMANDS:
-        add(sub)
+        if add.__module__ not in MISSING_MODULES:  # registered earlier, extra gone since
+            add(sub)
     for name, why in missing["vsekit.commands"].items():
         if name not in sub.choices:
             add_stub(sub, name, why)

@@ -16,6 +16,7 @@ CommandAdder = Callable[[argparse._SubParsersAction], None]
 COMMANDS: list[CommandAdder] = []
 MODEL_COMMANDS: list[CommandAdder] = []
 MISSING_MODEL_COMMANDS: dict[str, str] = {}  # vse model sub-commands whose extra is missing
+MISSING_MODULES: set[str] = set()  # plugin modules not to call (their extra is missing)
 # entry-point groups of the commands that live above the core (the lab)
 PLUGIN_GROUPS = ("vsekit.commands", "vsekit.model_commands")
 
@@ -46,15 +47,18 @@ def load_plugins() -> dict[str, dict[str, str]]:
     # stubs from the start rather than tracebacks later
     no_torch = find_spec("torch") is None
     missing: dict[str, dict[str, str]] = {g: {} for g in PLUGIN_GROUPS}
+    MISSING_MODULES.clear()
     for group in PLUGIN_GROUPS:
         for ep in entry_points(group=group):
             if no_torch:
                 missing[group][ep.name] = "No module named 'torch'"
+                MISSING_MODULES.add(ep.value)
                 continue
             try:
                 import_module(ep.value)
             except Exception as e:  # an extra that is missing or broken: say so, go on
                 missing[group][ep.name] = f"{type(e).__name__}: {e}"
+                MISSING_MODULES.add(ep.value)
     MISSING_MODEL_COMMANDS.clear()
     MISSING_MODEL_COMMANDS.update(missing["vsekit.model_commands"])
     return missing

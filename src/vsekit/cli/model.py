@@ -6,7 +6,14 @@ from __future__ import annotations
 import argparse
 import json
 
-from vsekit.cli._base import MISSING_MODEL_COMMANDS, MODEL_COMMANDS, add_stub, command, load_model
+from vsekit.cli._base import (
+    MISSING_MODEL_COMMANDS,
+    MISSING_MODULES,
+    MODEL_COMMANDS,
+    add_stub,
+    command,
+    load_model,
+)
 
 
 @command
@@ -18,7 +25,8 @@ def _add_model(sub: argparse._SubParsersAction) -> None:
     i.add_argument("--json", action="store_true", help="everything the bundle records, as JSON")
     i.set_defaults(handler=_model_info)
     for add in MODEL_COMMANDS:
-        add(msub)
+        if add.__module__ not in MISSING_MODULES:
+            add(msub)
     for name, why in MISSING_MODEL_COMMANDS.items():
         if name not in msub.choices:
             add_stub(msub, name, why)

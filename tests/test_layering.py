@@ -207,6 +207,10 @@ g = m.tags(PHOTO, k=3)
 index = vsekit.open_index(INDEX, create=True)
 index.add(FOLDER)
 hits = index.search("a red square", k=2)
+assert len(index.search(Path(PHOTO), k=1, method="faiss")) == 1  # by image, FAISS
+from vsekit.cli import main
+assert main(["search", "a dog", "--index", INDEX, "--k", "1"]) == 0  # the CLI's own path
+assert main(["annotate", PHOTO, "--k", "1"]) == 0
 client = TestClient(create_app(index.collection, index.model), base_url="http://127.0.0.1")
 status = client.get("/search", params={"q": "a dog", "k": 2}).status_code
 loaded = sorted(k for k in sys.modules

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -22,7 +21,11 @@ def _add_index(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--threads", type=positive_int, help="CPU threads for the model (default: all cores)"
     )
-    p.add_argument("--rebuild", action="store_true", help="delete the index and start again")
+    p.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="build a new index beside the old one and swap it in when complete",
+    )
     p.add_argument(
         "--repair",
         action="store_true",
@@ -52,18 +55,27 @@ def _index(args: argparse.Namespace) -> int:
     if args.rebuild and args.repair:
         raise ValueError("--rebuild and --repair: choose one")
     model = load_model(args.model)
-    if args.rebuild and index.exists():
-        shutil.rmtree(index)
-    coll = Collection(index, model_info(model, args.model), repair=args.repair)
-    rep = coll.update(
-        args.folder,
-        model.encode_image,
-        args.batch_size,
-        not args.quiet and not args.json,
-        reduce_to=model.decode_size,
-        exclude=args.exclude,
-    )
-    store_caches(coll, model)  # each photo's CSLS penalty (and FAISS), for `vse search`
+    info = model_info(model, args.model)
+
+    def fill(coll: Collection):
+        rep = coll.update(
+            args.folder,
+            model.encode_image,
+            args.batch_size,
+            not args.quiet and not args.json,
+            reduce_to=model.decode_size,
+            exclude=args.exclude,
+        )
+        store_caches(coll, model)  # each photo's CSLS penalty (and FAISS), for `vse search`
+        return rep
+
+    if args.rebuild:  # the old index stays searchable, and is kept if this fails
+        with Collection.rebuild(index, info) as coll:
+            rep = fill(coll)
+        coll = Collection(index, info)
+    else:
+        coll = Collection(index, info, repair=args.repair)
+        rep = fill(coll)
     for path, err in rep.failed:
         note = f"skipped {path}: {err}" if not err.startswith(path) else f"skipped {err}"
         print(note, file=sys.stderr)

@@ -82,7 +82,7 @@ def write_penalties(
     with w:
         w.execute("DELETE FROM meta WHERE key LIKE 'cache:pen:%'")
         set_meta(w, **{f"cache:pen:{key}": json.dumps(rec)})
-    for old in index.glob("pen-*.f32"):
+    for old in index.glob(f"pen-{snap.generation}-*.f32"):  # this generation's
         if old.name != name:
             old.unlink(missing_ok=True)
     return pen
@@ -115,6 +115,6 @@ def write_faiss(index: Path, w: sqlite3.Connection, snap: Snapshot) -> None:
     rec = {"file": name, "generation": snap.generation, "sha256": _sha256(index / name)}
     with w:
         set_meta(w, **{"cache:faiss": json.dumps(rec)})
-    for old in index.glob("faiss-*.index"):
+    for old in index.glob(f"faiss-{snap.generation}-*.index"):  # this generation's
         if old.name != name:
             old.unlink(missing_ok=True)

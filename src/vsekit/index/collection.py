@@ -24,9 +24,10 @@ memory. Files are served only while they are still what was indexed
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +43,7 @@ from vsekit.index.store import (
     CollectionError,
     IndexStore,
     check_model,
+    rebuilding,
 )
 from vsekit.index.update import FRAME_EVERY, SEGMENT_SECONDS, UpdateReport, update
 
@@ -90,15 +92,16 @@ class Collection:
     """
 
     def __init__(
-        self, path: str | Path, model_info: dict | None = None, repair: bool = False
+        self,
+        path: str | Path,
+        model_info: dict | None = None,
+        repair: bool = False,
+        *,
+        store: IndexStore | None = None,
     ) -> None:
-        self.store = IndexStore(path, model_info)
+        self.store = store or IndexStore(path, model_info)
         self.path = self.store.path
         self.read_only = self.store.read_only
-        self.dim = self.store.dim
-        self.model_name = self.store.model_name
-        self.fingerprint = self.store.fingerprint
-        self.similarity = self.store.similarity
         self._snap: Snapshot | None = None
         self._version: int | None = None
         self._faiss: tuple[tuple, FaissSearcher] | None = None
@@ -107,6 +110,20 @@ class Collection:
             self.store.repair()
         self.store.check()
         self.refresh()
+
+    @classmethod
+    def rebuild(cls, path: str | Path, model_info: dict) -> Iterator[Collection]:
+        """``with Collection.rebuild(path, info) as coll: coll.update(...)``: a new index
+        built beside the one at ``path`` under its writer lock and swapped in when the
+        block ends without an error (:func:`vsekit.index.store.rebuilding`); the old
+        index is untouched otherwise."""
+        return _rebuild(cls, path, model_info)
+
+    # the model's meta, re-read when a rebuild replaces the database
+    dim = property(lambda self: self.store.dim)
+    model_name = property(lambda self: self.store.model_name)
+    fingerprint = property(lambda self: self.store.fingerprint)
+    similarity = property(lambda self: self.store.similarity)
 
     @property
     def db(self):
@@ -288,3 +305,9 @@ class Collection:
 
     def close(self) -> None:
         self.store.close()
+
+
+@contextlib.contextmanager
+def _rebuild(cls: type[Collection], path: str | Path, model_info: dict) -> Iterator[Collection]:
+    with rebuilding(path, model_info) as store:
+        yield cls(store.path, store=store)

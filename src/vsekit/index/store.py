@@ -31,12 +31,14 @@ from pathlib import Path
 
 import numpy as np
 
-from vsekit.fsio import RowFile, exclusive_lock
+from vsekit.fsio import RowFile, exclusive_lock, fsync_dir, fsync_file
 from vsekit.index.snapshot import Snapshot, emb_path, read_snapshot
 
 INDEX_VERSION = 1
 DB_NAME = "index.sqlite"
 LOCK_NAME = "index.lock"
+#: the database a rebuild fills beside the live one, renamed over it when complete
+REBUILD_NAME = DB_NAME + ".rebuild"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -76,22 +78,38 @@ class IndexStore:
     embeddings come from; required to create an index, checked when given on open.
     """
 
-    def __init__(self, path: str | Path, model_info: dict | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        model_info: dict | None = None,
+        *,
+        db_name: str = DB_NAME,
+        lock_held: bool = False,
+        generation: int = 0,
+    ) -> None:
         self.path = Path(path).expanduser()
         if self.path.exists() and not self.path.is_dir():
             raise CollectionError(f"{self.path}: is a file, not an index folder")
-        self.db_path = self.path / DB_NAME
+        self.db_path = self.path / db_name
         self._w: sqlite3.Connection | None = None
-        self._read_lock = threading.Lock()
-        rebuild = f"rebuild it with `vse index FOLDER --index {self.path} --rebuild`"
+        self._read_lock = threading.RLock()
+        self._lock_held = lock_held  # a rebuild's store: its caller holds the lock
+        self._model_info = model_info
         if not self.db_path.is_file():
             if model_info is None:
                 raise CollectionError(f"{self.path}: no index here (run `vse index DIR` first)")
             self.path.mkdir(parents=True, exist_ok=True)
-            self._create(model_info, rebuild)
+            self._create(model_info, generation)
         self.read_only = not os.access(self.path, os.W_OK) or not os.access(self.db_path, os.W_OK)
         if not self.read_only:
             self._recover()
+        self._open()
+
+    def _open(self) -> None:
+        """Open the read-only connection and read the model's meta (again after a
+        rebuild replaced the database)."""
+        rebuild = f"rebuild it with `vse index FOLDER --index {self.path} --rebuild`"
+        self._inode = _inode(self.db_path)
         try:
             self.db = self._reader()
             meta = self.meta()
@@ -112,8 +130,8 @@ class IndexStore:
             raise CollectionError(
                 f"{self.db_path}: index version {meta.get('version')} is not supported; {rebuild}"
             )
-        if model_info is not None:
-            check_model(self.path, meta, model_info)
+        if self._model_info is not None:
+            check_model(self.path, meta, self._model_info)
         self.dim = int(meta["dim"])
         self.model_name = meta["model"]
         self.fingerprint = meta["fingerprint"]
@@ -146,7 +164,12 @@ class IndexStore:
         index into a rollback-journal one, so that readers never need to write."""
         if not self._needs_recovery():
             return
-        with exclusive_lock(self.path / LOCK_NAME, wait=f"{self.path}: waiting for the writer"):
+        lock = (
+            contextlib.nullcontext()
+            if self._lock_held
+            else exclusive_lock(self.path / LOCK_NAME, wait=f"{self.path}: waiting for the writer")
+        )
+        with lock:
             db = sqlite3.connect(self.db_path, timeout=30)
             try:
                 db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # rolls back
@@ -163,11 +186,12 @@ class IndexStore:
             self._w = w
         return self._w
 
-    def _create(self, model_info: dict, rebuild: str) -> None:
-        with self.writer() as w:
+    def _create(self, model_info: dict, generation: int) -> None:
+        rebuild = f"rebuild it with `vse index FOLDER --index {self.path} --rebuild`"
+        with self.writer(reopen=False) as w:
             if dict(w.execute("SELECT key, value FROM meta").fetchall()):
                 return  # another process created it while this one waited
-            if any(self.path.glob("emb-*.f32")):
+            if not self._lock_held and any(self.path.glob("emb-*.f32")):
                 raise CollectionError(
                     f"{self.db_path}: an empty or foreign index database; {rebuild}"
                 )
@@ -175,17 +199,36 @@ class IndexStore:
                 set_meta(w, version=INDEX_VERSION, model=model_info["name"],
                          fingerprint=model_info["fingerprint"], dim=int(model_info["dim"]),
                          similarity=model_info.get("similarity", "cosine"),
-                         generation=0, rows=0)  # fmt: skip
+                         generation=int(generation), rows=0)  # fmt: skip
 
     @contextlib.contextmanager
-    def writer(self) -> Iterator[sqlite3.Connection]:
+    def writer(self, reopen: bool = True) -> Iterator[sqlite3.Connection]:
         """The index's one-writer lock (blocks while another process holds it), and the
-        read-write connection that only its holder uses."""
+        read-write connection that only its holder uses. A rebuild that swapped in a new
+        database while this one waited is seen here: the connections are reopened and
+        the model checked again."""
         if getattr(self, "read_only", False):
             raise CollectionError(f"{self.path}: the index is read-only here; cannot update it")
+        if self._lock_held:
+            yield self._writer_db()
+            return
         waiting = f"{self.path}: another process is updating this index; waiting"
         with exclusive_lock(self.path / LOCK_NAME, wait=waiting):
+            if reopen:
+                self.reopen_if_replaced()
             yield self._writer_db()
+
+    def reopen_if_replaced(self) -> bool:
+        """Reopen the connections if a rebuild has renamed a new database over the one
+        they read (a connection keeps reading the file it opened); True if it did."""
+        if _inode(self.db_path) in (self._inode, None):
+            return False
+        with self._read_lock:
+            if _inode(self.db_path) in (self._inode, None):
+                return False  # another thread reopened them
+            self.close()
+            self._open()
+        return True
 
     def close(self) -> None:
         for c in (getattr(self, "db", None), self._w):
@@ -198,10 +241,12 @@ class IndexStore:
         with self._read_lock:
             return dict(self.db.execute("SELECT key, value FROM meta").fetchall())
 
-    def data_version(self) -> int:
-        """Changes whenever another connection (a writer) commits."""
+    def data_version(self) -> tuple[int, int]:
+        """Changes whenever another connection (a writer) commits, or a rebuild replaces
+        the database."""
+        self.reopen_if_replaced()
         with self._read_lock:
-            return self.db.execute("PRAGMA data_version").fetchone()[0]
+            return self._inode, self.db.execute("PRAGMA data_version").fetchone()[0]
 
     def snapshot(self) -> Snapshot:
         with self._read_lock:
@@ -298,9 +343,11 @@ class IndexStore:
         (and are at least ``min_garbage``); also removes stray files. True if rewritten."""
         meta = dict(w.execute("SELECT key, value FROM meta").fetchall())
         gen, n_rows = int(meta["generation"]), int(meta["rows"])
-        for stray in self.path.glob("emb-*.f32"):
-            if stray.name != emb_path(self.path, gen).name:
-                stray.unlink(missing_ok=True)
+        if not self._lock_held:  # a rebuild's store leaves the live index's files alone
+            _remove_rebuild(self.path)  # what a killed rebuild left
+            for stray in _derived_files(self.path):  # earlier generations' files
+                if _generation_of(stray.name) != gen:
+                    stray.unlink(missing_ok=True)
         live = w.execute(
             "SELECT 'f', id, row FROM files UNION ALL SELECT 's', rowid, row FROM segments"
         ).fetchall()
@@ -327,6 +374,77 @@ class IndexStore:
             set_meta(w, generation=gen + 1, rows=len(live))
         emb_path(self.path, gen).unlink(missing_ok=True)
         return True
+
+
+def _inode(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _generation_of(name: str) -> int:
+    """``emb-3.f32``, ``pen-3-key.f32``, ``faiss-3-...index`` -> 3 (-1 if unnamed)."""
+    try:
+        return int(name.split("-")[1].split(".")[0])
+    except (IndexError, ValueError):
+        return -1
+
+
+def _derived_files(index: Path) -> list[Path]:
+    return [*index.glob("emb-*.f32"), *index.glob("pen-*.f32"), *index.glob("faiss-*.index")]
+
+
+def _remove_rebuild(index: Path, generation: int | None = None) -> None:
+    """Remove what an unfinished rebuild wrote (its database, its journal and, given
+    its generation, its embeddings and caches)."""
+    for name in (REBUILD_NAME, REBUILD_NAME + "-journal", REBUILD_NAME + "-wal",
+                 REBUILD_NAME + "-shm"):  # fmt: skip
+        (index / name).unlink(missing_ok=True)
+    if generation is not None:
+        for f in _derived_files(index):
+            if _generation_of(f.name) == generation:
+                f.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def rebuilding(path: str | Path, model_info: dict) -> Iterator[IndexStore]:
+    """Build a new index for ``model_info`` beside the one at ``path`` and swap it in.
+
+    Under the writer lock for the whole build (a concurrent ``vse index`` waits, then
+    sees the new index), the new database ``index.sqlite.rebuild`` is filled with rows of
+    a generation no file of the old index uses; the caller fills it through the yielded
+    store. On success it is renamed over ``index.sqlite`` (one atomic rename: a reader
+    sees the old index or the new one, never neither) and the old index's files are
+    removed. On any failure, a kill included, the old index stays as it was and the next
+    rebuild removes the leftovers. Only the index's own files are ever deleted.
+    """
+    path = Path(path).expanduser()
+    if path.exists() and not path.is_dir():
+        raise CollectionError(f"{path}: is a file, not an index folder")
+    path.mkdir(parents=True, exist_ok=True)
+    waiting = f"{path}: another process is updating this index; waiting"
+    with exclusive_lock(path / LOCK_NAME, wait=waiting):
+        _remove_rebuild(path)
+        gen = 1 + max((_generation_of(f.name) for f in _derived_files(path)), default=-1)
+        store = IndexStore(path, model_info, db_name=REBUILD_NAME, lock_held=True,
+                           generation=gen)  # fmt: skip
+        try:
+            yield store
+            store.close()
+            fsync_file(store.db_path)
+            for name in ("-journal", "-wal", "-shm"):  # the old database's, never replayed
+                (path / (DB_NAME + name)).unlink(missing_ok=True)
+            os.replace(store.db_path, path / DB_NAME)
+            fsync_dir(path)
+        except BaseException:
+            store.close()
+            _remove_rebuild(path, gen)
+            raise
+        for f in _derived_files(path):
+            if _generation_of(f.name) != gen:
+                f.unlink(missing_ok=True)
 
 
 def set_meta(w: sqlite3.Connection, **kv) -> None:

@@ -177,7 +177,16 @@ def test_readme_python_example_runs_as_written(flickr8k_root):
         check=True,
     )
     lines = out.stdout.splitlines()
-    assert lines[:2] == shown[:2]
+    # the same sentence for each image; the score within 0.005 (the int8 image graph is
+    # calibrated again by scripts/setup, which moves scores in the third decimal)
+    for got, want in zip(lines[:2], shown[:2], strict=True):
+        assert got.rsplit(" (", 1)[0] == want.rsplit(" (", 1)[0]
+        assert (
+            abs(
+                float(got.rsplit("(", 1)[1].rstrip(")")) - float(want.rsplit("(", 1)[1].rstrip(")"))
+            )
+            <= 0.005
+        )
     # then the 2 x 3 corrected scores (two lines), the best pool caption, the tags
     assert len(lines) == len(shown) == 6 and "snow" in lines[4]
     ranked = np.array([[float(v) for v in ln.strip(" []").split()] for ln in lines[2:4]])

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -83,14 +84,22 @@ def np_bytes(array) -> bytes:
     return buf.getvalue()
 
 
-def _tmp_name(path: Path) -> Path:
-    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def _tmp_name(path: Path, directory: bool = False) -> Path:
+    """A new, unique name beside ``path`` (created, so that no other thread or process
+    can take it): concurrent writers of one file never share a temporary file."""
+    make = tempfile.mkdtemp if directory else tempfile.mkstemp
+    out = make(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    if not directory:
+        os.close(out[0])
+        out = out[1]
+    return Path(out)
 
 
 #: what atomically written files end as: readable by all, as an ordinary file would be
 #: (some writers, safetensors among them, create 0600 files, which a wheel then ships and
 #: a system-wide install cannot be read by other users)
 FILE_MODE = 0o644
+DIR_MODE = 0o755
 
 
 def atomic_write(
@@ -110,7 +119,6 @@ def atomic_write(
     try:
         if callable(data):
             data(tmp)
-            os.chmod(tmp, FILE_MODE)  # writers such as safetensors create files 0600
             fsync_file(tmp)
         else:
             raw = data.encode(encoding) if isinstance(data, str) else bytes(data)
@@ -118,6 +126,7 @@ def atomic_write(
                 fh.write(raw)
                 fh.flush()
                 os.fsync(fh.fileno())
+        os.chmod(tmp, FILE_MODE)  # temporary files (and safetensors' own) are 0600
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -128,27 +137,41 @@ def atomic_write(
 
 
 @contextlib.contextmanager
+def _locked_dir(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on the directory itself (threads and processes)."""
+    import fcntl
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+@contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """``with atomic_dir(out) as tmp: ...write files into tmp...`` then ``out`` is
     replaced by ``tmp`` in one rename (an old ``out`` is moved aside and removed)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_name(path)
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    tmp = _tmp_name(path, directory=True)
     try:
         yield tmp
+        os.chmod(tmp, DIR_MODE)  # a temporary folder is 0700
         for f in tmp.rglob("*"):
             if f.is_file():
                 os.chmod(f, FILE_MODE)
                 fsync_file(f)
+            elif f.is_dir():
+                os.chmod(f, DIR_MODE)
         fsync_dir(tmp)
         old = None
-        if path.exists():
-            old = path.with_name(f".{path.name}.{os.getpid()}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(path, old)
-        os.replace(tmp, path)
+        with _locked_dir(path.parent):  # one swap at a time: move aside, then move in
+            if path.exists():
+                old = _tmp_name(path, directory=True)
+                os.replace(path, old)  # over the new empty folder: a rename may replace one
+            os.replace(tmp, path)
         fsync_dir(path.parent)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -234,7 +235,7 @@ class BaseModel:
                 from vsekit.runtime.captions import CaptionPool
 
                 texts = caption_bank_texts(self.captions, cfg.caption_stride)
-                pool = CaptionPool(self, texts, cache=True)
+                pool = CaptionPool(self, texts, cache=True, name="caption bank")
                 self._hub = Hubness(cfg, bank, lambda: pool.embeddings, pool.key, bank_sha)
         return self._hub or None
 
@@ -272,7 +273,9 @@ class BaseModel:
         if self._pool is None:
             from vsekit.runtime.captions import CaptionPool
 
-            self._pool = CaptionPool(self)
+            with _POOL_LOCK:  # one pool per model, whatever the threads asking
+                if self._pool is None:
+                    self._pool = CaptionPool(self)
         return self._pool
 
     def encode_video(
@@ -373,6 +376,9 @@ class BaseModel:
         p = 1.0 / (1.0 + np.exp(-s))
         return [[(known_names[j], float(row[j])) for j in idx if row[j] >= thr]
                 for row, idx in zip(p, top)]  # noqa: B905  # fmt: skip
+
+
+_POOL_LOCK = threading.Lock()
 
 
 class _NoBar:

@@ -12,14 +12,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 class ApiError(Exception):
     """A request the service refuses: its status and a one-line message."""
 
-    def __init__(self, status: int, message: str) -> None:
-        self.status, self.message = status, message
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        self.status, self.message, self.headers = status, message, headers
 
 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, e: ApiError) -> JSONResponse:
-        return JSONResponse({"error": e.message}, status_code=e.status)
+        return JSONResponse({"error": e.message}, status_code=e.status, headers=e.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, e: RequestValidationError) -> JSONResponse:

@@ -58,6 +58,45 @@ class Service:
     )
     thumbs: OrderedDict = field(default_factory=OrderedDict)
     thumbs_lock: threading.Lock = field(default_factory=threading.Lock)
+    # the caption pool, computed once in the background the first time it is needed
+    pool_lock: threading.Lock = field(default_factory=threading.Lock)
+    pool_thread: threading.Thread | None = None
+    pool_error: str | None = None
+
+    def caption_pool(self, wait: float = 2.0):
+        """The model's caption pool once it is ready. The first request starts computing
+        it in the background (once: later requests join that work) and waits ``wait``
+        seconds; until it is ready, 503 with Retry-After and how far it is."""
+        pool = self.model.caption_pool
+        if pool.ready:
+            return pool
+        with self.pool_lock:
+            if self.pool_thread is None or not self.pool_thread.is_alive():
+                self.pool_error = None
+                self.pool_thread = threading.Thread(
+                    target=self._prepare_pool, args=(pool,), name="caption-pool", daemon=True
+                )
+                self.pool_thread.start()
+            thread = self.pool_thread
+        thread.join(wait)
+        if pool.ready:
+            return pool
+        if self.pool_error is not None:
+            raise ApiError(503, f"caption pool: {self.pool_error}; retrying",
+                           {"Retry-After": "5"})  # fmt: skip
+        done, total = pool.progress or (0, len(pool.captions))
+        raise ApiError(
+            503,
+            f"preparing the caption pool: {done:,} of {total:,} captions embedded "
+            "(once per model); try again in a few seconds",
+            {"Retry-After": "5"},
+        )
+
+    def _prepare_pool(self, pool) -> None:
+        try:
+            pool.prepare()
+        except Exception as e:  # noqa: BLE001  (reported to the next request)
+            self.pool_error = " ".join(str(e).split()) or type(e).__name__
 
     def roots_for_display(self) -> list[str] | None:
         if self.guard.show_paths:

@@ -16,7 +16,7 @@ Svc = Annotated[Service, Depends(service)]
 
 
 def annotation(svc: Service, emb, k: int, feats=None) -> dict:
-    caps = svc.model.caption_pool.best(emb, k)[0]
+    caps = svc.caption_pool().best(emb, k)[0]
     tags = svc.model.tags_from_features(feats, 10)[0] if feats is not None else []
     return {
         "captions": [{"text": c, "score": round(s, 6)} for c, s in caps],

@@ -1,7 +1,7 @@
 """A bounded stress test of `vse serve` under attack, sent only to localhost.
 
 `vse serve` runs in its own process over a small index of Flickr8k dev photos (built
-here with the shipped model). Two phases of ``--seconds`` each:
+here with the shipped model). Four phases, the first three of ``--seconds`` each:
 
 1. **calm**: ``--clients`` threads send valid requests (text searches with dev captions,
    thumbnails, annotations of indexed photos);
@@ -10,6 +10,15 @@ here with the shipped model). Two phases of ``--seconds`` each:
    49-megapixel PNG that is legal but heavy, uploads over the limit (declared and streamed
    without a length), non-images, empty uploads, bad and missing query fields, unknown
    and malformed ids, path traversal, a foreign Host header, wrong methods.
+
+3. **writer**: ``--clients`` threads search while another process re-indexes the folder
+   in a loop (half of the photos moved away and back, each update followed by a
+   compaction and the caches ``vse index`` stores). Every search answer is checked
+   against the two states the index can be in (all photos, half of them), computed
+   before the phase: a result from neither is a wrong result (goal 0);
+4. **cold annotations**: a second server on a fresh cache (no caption pool yet) gets
+   ``--clients`` + 1 concurrent first annotations, each client retrying on 503 until 200;
+   every answer must equal the warm server's (goal: 0 x 5xx, 0 wrong).
 
 Reports requests served, the count of 5xx responses (goal 0), the server's peak RSS
 (VmHWM; goal under 1.5 GB with 4 concurrent bombs), and the p99 latency of valid
@@ -79,6 +88,7 @@ class Client:
     def __init__(self, port: int) -> None:
         self.port = port
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        self.body = b""
 
     def request(self, method, url, body=None, headers=None, chunks=None):
         t0 = time.perf_counter()
@@ -98,7 +108,7 @@ class Client:
             else:
                 self.conn.request(method, url, body=body, headers=headers or {})
             r = self.conn.getresponse()
-            r.read()
+            self.body = r.read()
             status = r.status
             if r.getheader("connection", "").lower() == "close":
                 self.reset()
@@ -242,8 +252,12 @@ def main() -> None:
     calm_peak = peak_mb()
     attack = run_phase(args.attackers)
     attack_peak = peak_mb()
+    annotations = {i: json.loads(_get(port, f"/annotate/{i}")) for i in ids[:4]}
+    writer = writer_phase(port, idx, photos, dev, args.seconds, args.clients)
+    writer_peak = peak_mb()
     server.terminate()
     server.wait()
+    cold = cold_phase(vse, env, idx, annotations, args.clients + 1)
     out = record(
         Path(__file__).with_suffix(".json"),
         {
@@ -256,10 +270,174 @@ def main() -> None:
             "attack": attack,
             "server_peak_rss_mb_after_calm": calm_peak,
             "server_peak_rss_mb": attack_peak,
+            "writer": writer,
+            "server_peak_rss_mb_after_writer": writer_peak,
+            "cold_annotations": cold,
             "p99_ratio_attack_vs_calm": round(attack["p99_ms"] / calm["p99_ms"], 2),
         },
     )
-    print(json.dumps({k: out[k] for k in ("calm", "attack", "server_peak_rss_mb")}, indent=1))
+    shown = ("calm", "attack", "server_peak_rss_mb", "writer", "cold_annotations")
+    print(json.dumps({k: out[k] for k in shown}, indent=1))
+
+
+WRITER = """
+import shutil, sys, time
+from pathlib import Path
+from vsekit.index.query import open_collection, store_caches
+idx, photos, aside = (Path(a) for a in sys.argv[1:4])
+seconds = float(sys.argv[4])
+coll, model = open_collection(idx)
+half = sorted(photos.iterdir())[::2]
+stop, cycles = time.perf_counter() + seconds, 0
+def update():
+    coll.update(photos, model.encode_image, progress=False, reduce_to=model.decode_size)
+    store_caches(coll, model)
+    coll.compact(min_garbage=1)
+while True:
+    for p in half:
+        shutil.move(p, aside / p.name)
+    update()
+    for p in half:
+        shutil.move(aside / p.name, p)
+    update()
+    cycles += 1
+    if sys.argv[5] == "once" or time.perf_counter() > stop:
+        break
+print(cycles)
+"""
+
+
+def _results(body: bytes) -> list[tuple[str, float]]:
+    return [(r["path"], r["score"]) for r in json.loads(body)["results"]]
+
+
+def _same(a: list[tuple[str, float]], b: list[tuple[str, float]], tol: float = 2e-3) -> bool:
+    """The same photos in the same order with the same scores (``tol``: the int8 graph's
+    run-to-run noise), allowing two photos within ``tol`` of each other to swap."""
+    if len(a) != len(b) or {p for p, _ in a} != {p for p, _ in b}:
+        return False
+    want = dict(b)
+    return all(abs(s - want[p]) <= tol for p, s in a)
+
+
+def writer_phase(port, idx, photos, dev, seconds, clients) -> dict:
+    """Searches while another process re-indexes and compacts; each answer is checked
+    against the index's two possible states."""
+    from urllib.parse import quote
+
+    queries = [f"/search?q={quote(t)}&k=10" for t in dev.texts[:400:20]]
+    aside = photos.parent / "aside"
+    aside.mkdir(exist_ok=True)
+    cmd = [sys.executable, "-c", WRITER, str(idx), str(photos), str(aside)]
+
+    def state() -> dict[str, list]:
+        return {q: _results(_get(port, q).encode()) for q in queries}
+
+    full = state()
+    subprocess.run([*cmd, "0", "once"], check=True, stdout=subprocess.DEVNULL)  # one cycle
+    again = state()  # the same photos re-embedded by the writer: the reference holds
+    drift = sum(not _same(again[q], full[q]) for q in queries)
+    # the half state: move every other photo away, re-index, read, bring them back
+    half = sorted(photos.iterdir())[::2]
+    for p in half:
+        shutil.move(p, aside / p.name)
+    subprocess.run([sys.executable, "-m", "vsekit", "index", str(photos), "--index", str(idx),
+                    "--quiet"], check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    halfway = state()
+    for p in half:
+        shutil.move(aside / p.name, p)
+    subprocess.run([sys.executable, "-m", "vsekit", "index", str(photos), "--index", str(idx),
+                    "--quiet"], check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen([*cmd, str(seconds), "loop"], stdout=subprocess.PIPE, text=True)
+    statuses: Counter = Counter()
+    wrong: list[str] = []
+    seen = Counter()
+    lock = threading.Lock()
+
+    def client(seed: int) -> None:
+        cl, it = Client(port), itertools.cycle(queries[seed:] + queries[:seed])
+        while proc.poll() is None:
+            q = next(it)
+            s, _ = cl.request("GET", q)
+            with lock:
+                statuses[s] += 1
+                if s == 200:
+                    got = _results(cl.body)
+                    if _same(got, full[q]):
+                        seen["full"] += 1
+                    elif _same(got, halfway[q]):
+                        seen["half"] += 1
+                    else:
+                        wrong.append(q)
+
+    threads = [threading.Thread(target=client, args=(k * 7,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    cycles = int(proc.communicate()[0].strip() or 0)
+    for t in threads:
+        t.join()
+    return {
+        "writer_cycles": cycles,
+        "reference_drift_after_one_cycle": drift,
+        "requests": sum(statuses.values()),
+        "statuses": {str(k): v for k, v in sorted(statuses.items())},
+        "answers_matching_full_state": seen["full"],
+        "answers_matching_half_state": seen["half"],
+        "wrong_results": len(wrong),
+        "5xx": sum(v for k, v in statuses.items() if k >= 500),
+        "connection_errors": statuses.get(-1, 0),
+    }
+
+
+def cold_phase(vse, env, idx, annotations: dict, clients: int) -> dict:
+    """A server on an empty cache: concurrent first annotations, retried on 503."""
+    cache = Path(tempfile.mkdtemp())
+    port = free_port()
+    server = subprocess.Popen([*vse, "serve", "--index", str(idx), "--port", str(port)],
+                              env={**env, "VSEKIT_CACHE": str(cache)},
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    server.stdout.readline()
+    t0 = time.perf_counter()
+    statuses: Counter = Counter()
+    wrong, first_ok = [], []
+    lock = threading.Lock()
+    ids = list(annotations)
+
+    def client(k: int) -> None:
+        cl, i = Client(port), ids[k % len(ids)]
+        while True:
+            s, _ = cl.request("GET", f"/annotate/{i}")
+            with lock:
+                statuses[s] += 1
+            if s == 200:
+                with lock:
+                    first_ok.append(time.perf_counter() - t0)
+                    if json.loads(cl.body) != annotations[i]:
+                        wrong.append(i)
+                return
+            if s != 503 and s != -1:
+                return
+            time.sleep(1.0)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    status = Path(f"/proc/{server.pid}/status").read_text()
+    kb = int(next(ln for ln in status.splitlines() if ln.startswith("VmHWM")).split()[1])
+    server.terminate()
+    server.wait()
+    shutil.rmtree(cache, ignore_errors=True)
+    return {
+        "clients": clients,
+        "statuses": {str(k): v for k, v in sorted(statuses.items())},
+        "seconds_to_first_200": round(min(first_ok), 1) if first_ok else None,
+        "seconds_to_last_200": round(max(first_ok), 1) if first_ok else None,
+        "wrong_results": len(wrong),
+        "5xx": sum(v for k, v in statuses.items() if k >= 500),
+        "server_peak_rss_mb": round(kb / 1024, 1),
+    }
 
 
 def _get(port: int, url: str) -> str:

@@ -188,3 +188,27 @@ def test_cli_rebuild_keeps_the_old_index_when_the_folder_is_missing(tmp_path, ca
     assert main(["index", str(tmp_path / "nope"), "--index", str(idx), "--rebuild"]) != 0
     assert "not a folder" in capsys.readouterr().err
     assert len(Collection(idx, INFO)) == 2
+
+
+def test_nonfinite_rows_are_detected_at_open_and_repaired(tmp_path):
+    """Random bytes (here a NaN) in `emb-*.f32` made a photo silently disappear."""
+    import numpy as np
+
+    from vsekit.index.snapshot import emb_path
+
+    folder = photos_in(tmp_path / "p", 6)
+    coll = Collection(tmp_path / "idx", INFO)
+    coll.update(folder, CountingEmbedder(), progress=False)
+    coll.close()
+    f = emb_path(tmp_path / "idx", 0)
+    emb = np.fromfile(f, np.float32).reshape(-1, 4)
+    emb[3, 1] = np.nan
+    emb.tofile(f)
+    with pytest.raises(CollectionError, match="1 embeddings are not finite.*--repair"):
+        Collection(tmp_path / "idx", INFO)
+    coll = Collection(tmp_path / "idx", INFO, repair=True)
+    embedder = CountingEmbedder()
+    coll.update(folder, embedder, progress=False)
+    assert embedder.seen == 1  # only the damaged photo re-embedded
+    assert len(coll) == 6
+    assert_consistent(coll, folder)

@@ -157,7 +157,9 @@ def browser_page(app, args: tuple[str, ...] = ()):
     from playwright.sync_api import sync_playwright
 
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    from vsekit.cli.serve import server_config
+
+    server = uvicorn.Server(server_config(app, "127.0.0.1", port))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.time() + 20

@@ -14,6 +14,12 @@ A bundle is a folder::
                            :mod:`vsekit.runtime.hubness` reads and verifies them)
     text.onnx, image.onnx, image.int8.onnx, onnx.json
                            the ONNX Runtime encoders and their sha256 (optional)
+    manifest.json          the sha256 of every other file above (but the ONNX and
+                           expansion files, which record their own)
+
+Every file a backend reads is verified before it is read (:func:`verify_bundle`): a
+damaged, truncated or edited file is a :class:`ModelError` naming it, never a model
+that silently computes something else. Bundles written before manifests load unverified.
 """
 
 from __future__ import annotations
@@ -56,6 +62,52 @@ def bundle_dir(name: str | os.PathLike) -> Path:
     return path
 
 
+MANIFEST = "manifest.json"
+#: the files a manifest covers: what the backends read (ONNX and expansion files are
+#: written later, by setup, and carry their own sha256 records)
+BUNDLE_FILES = ("bundle.json", "model.safetensors", "vocab.json", "tokenizer.json",
+                "captions.txt", "tagger.safetensors", "tags.txt", "fne_stats.safetensors",
+                "hubness.json", "hubness.npz")  # fmt: skip
+
+
+def file_sha256(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def write_manifest(path: Path) -> None:
+    """Record the sha256 of the bundle's files in ``manifest.json`` (after any step that
+    writes one of :data:`BUNDLE_FILES`)."""
+    files = {n: file_sha256(path / n) for n in BUNDLE_FILES if (path / n).is_file()}
+    atomic_write(path / MANIFEST, json.dumps({"sha256": files}, indent=2) + "\n")
+
+
+def verify_bundle(path: Path) -> None:
+    """ModelError naming the first bundle file that is missing, not the one recorded
+    (damaged, truncated, edited) or not recorded at all. About 20 ms for the default."""
+    mf = path / MANIFEST
+    if not mf.is_file():
+        return  # a bundle from before manifests
+    fix = "reinstall vsekit or rebuild the bundle"
+    try:
+        want = json.loads(mf.read_text())["sha256"]
+        if not isinstance(want, dict):
+            raise TypeError("sha256 is not a mapping")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ModelError(f"{mf}: unreadable manifest ({e}); {fix}") from e
+    for name in BUNDLE_FILES:
+        f = path / name
+        if name not in want:
+            if f.is_file():
+                raise ModelError(f"{f}: not recorded in {MANIFEST}; {fix}")
+            continue
+        if not f.is_file():
+            raise ModelError(f"{f}: missing (recorded in {MANIFEST}); {fix}")
+        if file_sha256(f) != want[name]:
+            raise ModelError(f"{f}: damaged or edited (its sha256 is not the one in "
+                             f"{MANIFEST}); {fix}")  # fmt: skip
+
+
 EXPANSION_WORDS, EXPANSION_VECTORS = "expansion.txt", "expansion.safetensors"
 EXPANSION_INFO = "expansion.json"
 #: a word-piece text encoder's vocabulary (all-MiniLM's ``tokenizer.json``), in the bundle
@@ -84,6 +136,7 @@ def read_bundle_extras(path: Path, info: dict) -> dict[str, Any]:
         if "vectors" in t:
             out["tag_table"] = (t["vectors"].astype(np.float32), t["known"].astype(bool).tolist())
     if (path / EXPANSION_WORDS).is_file():  # a vocabulary expansion (vsekit.text.expansion)
+        verify_expansion(path)
         words = (path / EXPANSION_WORDS).read_text(encoding="utf-8").splitlines()
         arrays = {k: v.astype(np.float32) for k, v in load_file(path / EXPANSION_VECTORS).items()}
         for v in arrays.values():
@@ -93,6 +146,7 @@ def read_bundle_extras(path: Path, info: dict) -> dict[str, Any]:
         vectors = arrays["vectors"] if set(arrays) == {"vectors"} else arrays
         info_file = path / EXPANSION_INFO
         exp_info = json.loads(info_file.read_text()) if info_file.is_file() else {}
+        exp_info.pop("sha256", None)  # the files' record, not how they were made
         out["expansion"] = (words, vectors, exp_info)
     return out
 
@@ -193,5 +247,24 @@ def write_expansion(path: Path, words: Sequence[str], vectors: ExpansionVectors,
     from safetensors.numpy import save_file
 
     atomic_write(path / EXPANSION_VECTORS, lambda t: save_file(arrays, str(t)))
-    atomic_write(path / EXPANSION_INFO, json.dumps(info, indent=2) + "\n")
-    atomic_write(path / EXPANSION_WORDS, "\n".join(words) + "\n")
+    text = "\n".join(words) + "\n"
+    sha = {EXPANSION_VECTORS: file_sha256(path / EXPANSION_VECTORS),
+           EXPANSION_WORDS: hashlib.sha256(text.encode()).hexdigest()}  # fmt: skip
+    atomic_write(path / EXPANSION_INFO, json.dumps({**info, "sha256": sha}, indent=2) + "\n")
+    atomic_write(path / EXPANSION_WORDS, text)
+
+
+def verify_expansion(path: Path) -> None:
+    """ModelError naming an expansion file whose sha256 is not the one ``expansion.json``
+    recorded (expansions written before the record load unverified)."""
+    try:
+        sha = json.loads((path / EXPANSION_INFO).read_text()).get("sha256", {})
+    except (OSError, ValueError) as e:
+        raise ModelError(f"{path / EXPANSION_INFO}: unreadable ({e})") from e
+    for name, want in sha.items():
+        f = path / name
+        if not f.is_file() or file_sha256(f) != want:
+            raise ModelError(
+                f"{f}: missing, damaged or edited (its sha256 is not the one in "
+                f"{EXPANSION_INFO}); make it again with `vse model expand-vocab`"
+            )

@@ -128,9 +128,11 @@ def atomic_write(
                 os.fsync(fh.fileno())
         os.chmod(tmp, FILE_MODE)  # temporary files (and safetensors' own) are 0600
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             tmp.unlink()
+        if isinstance(e, OSError) and e.filename is None:  # a failed write (disk full)
+            raise OSError(e.errno, e.strerror, str(path)) from e
         raise
     fsync_dir(path.parent)
     return path
@@ -202,11 +204,21 @@ class RowFile:
         except FileNotFoundError:
             return 0
 
+    @contextlib.contextmanager
+    def _named(self) -> Iterator[None]:
+        """OSErrors of reads and writes (disk full) name this file."""
+        try:
+            yield
+        except OSError as e:
+            if e.filename is None:
+                raise OSError(e.errno, e.strerror, str(self.path)) from e
+            raise
+
     def truncate(self, rows: int) -> None:
         """Cut (or create) the file at ``rows`` rows and fsync it (and, for a new file,
         its folder, so that the file survives a power cut before it is committed)."""
         new = not self.path.exists()
-        with open(self.path, "ab") as fh:
+        with self._named(), open(self.path, "ab") as fh:
             fh.truncate(int(rows) * self.dim * 4)
             os.fsync(fh.fileno())
         if new:
@@ -219,14 +231,19 @@ class RowFile:
         block = np.ascontiguousarray(block, np.float32)
         if block.ndim != 2 or block.shape[1] != self.dim:
             raise ValueError(f"{self.path}: rows of shape {block.shape}, expected (n, {self.dim})")
-        if self._fh is None:
-            self._fh = open(self.path, "ab")  # noqa: SIM115  (closed by sync)
-        self._fh.write(block.tobytes())
+        with self._named():
+            if self._fh is None:
+                self._fh = open(self.path, "ab")  # noqa: SIM115  (closed by sync)
+            self._fh.write(block.tobytes())
 
     def sync(self) -> None:
         """Flush and fsync what was appended, and close the file."""
         if self._fh is not None:
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
-            self._fh.close()
-            self._fh = None
+            fh, self._fh = self._fh, None
+            with self._named():
+                try:
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                finally:
+                    with contextlib.suppress(OSError):
+                        fh.close()

@@ -26,8 +26,10 @@ def _add_annotate(sub: argparse._SubParsersAction) -> None:
 
 
 def _annotate(args: argparse.Namespace) -> int:
+    from vsekit.media.images import open_regular
     from vsekit.media.video import is_video
 
+    open_regular(args.image).close()  # a FIFO or a device is refused before any read
     model = load_model(args.model)
     if not model.captions:
         raise ValueError(f"model {args.model!r} has no caption pool (export it --captions-from)")

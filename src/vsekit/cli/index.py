@@ -10,6 +10,28 @@ from pathlib import Path
 
 from vsekit.cli._base import DEFAULT_INDEX, command, load_model, positive_int, set_threads
 
+#: skipped files listed by name before the rest are summarised (``--verbose``: all)
+SHOWN = 5
+
+
+def report_skipped(failed: list[tuple[str, str]], verbose: bool = False) -> None:
+    """One stderr line per skipped file, up to :data:`SHOWN` (all with ``verbose``), then
+    one line counting the rest by reason: 100,000 empty files are not 100,000 lines."""
+    from collections import Counter
+
+    def reason(path: str, err: str) -> str:
+        return err[len(path) :].lstrip(": ") if err.startswith(path) else err
+
+    for path, err in failed if verbose else failed[:SHOWN]:
+        print(f"skipped {path}: {reason(path, err)}", file=sys.stderr)
+    rest = [] if verbose else failed[SHOWN:]
+    if rest:
+        why = Counter(reason(p, e).split(" (")[0] for p, e in rest)
+        kinds = ", ".join(f"{n:,} {w}" for w, n in why.most_common(3))
+        more = f", {len(why) - 3} other reasons" if len(why) > 3 else ""
+        print(f"... and {len(rest):,} more skipped ({kinds}{more}); --verbose lists them",
+              file=sys.stderr)  # fmt: skip
+
 
 @command
 def _add_index(sub: argparse._SubParsersAction) -> None:
@@ -32,6 +54,9 @@ def _add_index(sub: argparse._SubParsersAction) -> None:
         help="keep what a damaged index still holds and re-embed only what is missing",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--verbose", action="store_true", help=f"list every skipped file (else the first {SHOWN})"
+    )
     p.add_argument(
         "--exclude",
         action="append",
@@ -76,9 +101,7 @@ def _index(args: argparse.Namespace) -> int:
     else:
         coll = Collection(index, info, repair=args.repair)
         rep = fill(coll)
-    for path, err in rep.failed:
-        note = f"skipped {path}: {err}" if not err.startswith(path) else f"skipped {err}"
-        print(note, file=sys.stderr)
+    report_skipped(rep.failed, args.verbose)
     if args.json:
         print(json.dumps({"index": str(index), "images": len(coll), **asdict(rep)}, indent=2))
     else:

@@ -27,10 +27,21 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
 
 
 def _search(args: argparse.Namespace) -> int:
-    from vsekit.index.query import check_words, open_collection, search_image, search_text
+    from vsekit.index.query import (
+        check_query,
+        check_words,
+        open_collection,
+        search_image,
+        search_text,
+    )
+    from vsekit.media.images import open_regular
 
     if (args.query is None) == (args.image is None):
         raise ValueError("give either a text query or --image FILE")
+    if args.query is not None:
+        args.query = check_query(args.query)
+    else:
+        open_regular(args.image).close()  # a FIFO or a device is refused before any read
     coll, model = open_collection(args.index, args.model)
     if args.query is not None:
         unknown = check_words(model, args.query)

@@ -48,6 +48,25 @@ def _limit_malloc_arenas(n: int = 2) -> None:
         pass
 
 
+def is_wildcard(host: str) -> bool:
+    """``host`` binds every interface: ``''``, ``0``, ``0.0.0.0``, ``::``, ``[::]``,
+    ``0.0`` and every other spelling of the unspecified address."""
+    import ipaddress
+    import socket
+
+    h = host.strip().strip("[]")
+    if not h:
+        return True
+    try:
+        return ipaddress.ip_address(h).is_unspecified
+    except ValueError:
+        pass
+    try:  # the forms inet_aton accepts and uvicorn binds: "0", "0.0", "0x0"
+        return socket.inet_aton(h) == b"\0\0\0\0"
+    except OSError:
+        return False
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -55,7 +74,7 @@ def _serve(args: argparse.Namespace) -> int:
     from vsekit.serve.app import create_app
     from vsekit.serve.guard import LOOPBACK, GuardConfig
 
-    wildcard = args.host in ("0.0.0.0", "::", "")
+    wildcard = is_wildcard(args.host)
     if wildcard and not args.allow_host:
         raise ValueError(
             "--host: binding every interface needs --allow-host NAME (the host names "
@@ -66,9 +85,41 @@ def _serve(args: argparse.Namespace) -> int:
     hosts = [*LOOPBACK, *([] if wildcard else [args.host]), *args.allow_host]
     guard = GuardConfig(token=args.token, allowed_hosts=hosts, show_paths=args.show_paths)
     _limit_malloc_arenas()
+    sock = bind(args.host, args.port)  # a busy port fails here, before any announcement
     coll, model = open_collection(args.index, args.model)
+    app = create_app(coll, model, guard=guard)
+    server = uvicorn.Server(server_config(app, args.host, args.port))
     print(f"serving {len(coll)} images from {coll.path} on http://{args.host}:{args.port}/")
     sys.stdout.flush()
-    app = create_app(coll, model, guard=guard)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    server.run(sockets=[sock])
     return 0
+
+
+#: the request line and headers uvicorn (h11) buffers: above it, uvicorn answers a plain
+#: text 400 that the app cannot turn into JSON; at 1 MiB, an over-long query reaches the
+#: app, which refuses it in JSON
+MAX_REQUEST_HEAD = 1 << 20
+
+
+def server_config(app, host: str, port: int):
+    """The uvicorn settings of ``vse serve`` (tests serve with the same): h11 with a
+    head buffer of :data:`MAX_REQUEST_HEAD`, and a graceful shutdown of at most 3 s, so
+    that SIGTERM ends the server within 5 s whatever a request is doing."""
+    import uvicorn
+
+    return uvicorn.Config(app, host=host, port=port, log_level="warning", http="h11",
+                          h11_max_incomplete_event_size=MAX_REQUEST_HEAD,
+                          timeout_graceful_shutdown=3)  # fmt: skip
+
+
+def bind(host: str, port: int):
+    """A listening socket on ``host:port``; one-line OSError naming them when busy."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        sock = socket.create_server((host.strip("[]"), port), family=family, reuse_port=False)
+    except OSError as e:
+        raise OSError(e.errno, f"cannot listen there ({e.strerror})", f"{host}:{port}") from e
+    sock.set_inheritable(True)
+    return sock

@@ -18,10 +18,15 @@ MAX_K = 1000
 
 
 def check_query(text: str) -> str:
-    """The stripped query; ValueError if it is empty or longer than MAX_QUERY_CHARS."""
+    """The stripped query; ValueError if it is empty, not UTF-8 (undecodable bytes on a
+    command line arrive as lone surrogates) or longer than MAX_QUERY_CHARS."""
     q = (text or "").strip()
     if not q:
         raise ValueError("query: empty")
+    try:
+        q.encode("utf-8")
+    except UnicodeEncodeError as e:  # bytes that are not UTF-8, as the shell passed them
+        raise ValueError(f"query: not valid UTF-8 text (at character {e.start + 1})") from None
     if len(q) > MAX_QUERY_CHARS:
         raise ValueError(f"query: {len(q)} characters, at most {MAX_QUERY_CHARS}")
     return q

@@ -209,14 +209,18 @@ class IndexStore:
         the model checked again."""
         if getattr(self, "read_only", False):
             raise CollectionError(f"{self.path}: the index is read-only here; cannot update it")
-        if self._lock_held:
-            yield self._writer_db()
-            return
-        waiting = f"{self.path}: another process is updating this index; waiting"
-        with exclusive_lock(self.path / LOCK_NAME, wait=waiting):
-            if reopen:
-                self.reopen_if_replaced()
-            yield self._writer_db()
+        try:
+            if self._lock_held:
+                yield self._writer_db()
+                return
+            waiting = f"{self.path}: another process is updating this index; waiting"
+            with exclusive_lock(self.path / LOCK_NAME, wait=waiting):
+                if reopen:
+                    self.reopen_if_replaced()
+                yield self._writer_db()
+        except sqlite3.OperationalError as e:  # disk full, I/O error: one line, the file
+            raise CollectionError(f"{self.db_path}: {e}; nothing past the last commit "
+                                  "was kept") from e  # fmt: skip
 
     def reopen_if_replaced(self) -> bool:
         """Reopen the connections if a rebuild has renamed a new database over the one
@@ -287,6 +291,14 @@ class IndexStore:
             raise CollectionError(
                 f"{f}: truncated ({size} bytes for {n_rows} rows of {self.dim}); {repair}"
             )
+        bad = self.nonfinite_rows(gen, n_rows)
+        if bad:  # only rows still in use matter (repair leaves dropped ones behind)
+            listed = ",".join(str(r) for r in bad)
+            bad = self._query(f"SELECT row FROM ({self._all_rows()}) WHERE row IN ({listed})")
+        if bad:
+            raise CollectionError(
+                f"{f}: {len(bad)} embeddings are not finite numbers (the file is damaged); {repair}"
+            )
         n, distinct, top = self._query(
             "SELECT COUNT(*), COUNT(DISTINCT row), COALESCE(MAX(row), -1) "
             f"FROM ({self._all_rows()})"
@@ -296,6 +308,20 @@ class IndexStore:
                 f"{self.db_path}: {n - distinct} files share an embedding row and "
                 f"{top >= n_rows and 'some point past the last row' or 'none past it'}; {repair}"
             )
+
+    def nonfinite_rows(self, gen: int, n_rows: int, block: int = 16_384) -> list[int]:
+        """The committed rows of ``emb-<gen>.f32`` holding a NaN or an infinity (rows are
+        refused before they are written, so these are damage). One pass over the file,
+        in blocks: about 20 ms for 7,000 rows of 2,048 from the page cache."""
+        f = emb_path(self.path, gen)
+        if not n_rows or not f.is_file() or f.stat().st_size < n_rows * self.dim * 4:
+            return []
+        emb = np.memmap(f, np.float32, mode="r", shape=(n_rows, self.dim))
+        bad: list[int] = []
+        for a in range(0, n_rows, block):
+            ok = np.isfinite(emb[a : a + block]).all(axis=1)
+            bad.extend((a + np.flatnonzero(~ok)).tolist())
+        return bad
 
     def _all_rows(self) -> str:
         has = self._query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'segments'")
@@ -307,16 +333,18 @@ class IndexStore:
 
     def repair(self) -> int:
         """Drop what the embeddings file does not hold (rows past its end, rows shared by
-        two files) so that the next update re-embeds exactly those files; returns how
-        many files were dropped."""
+        two files, rows damaged into NaN or infinity) so that the next update re-embeds
+        exactly those files; returns how many files were dropped."""
         with self.writer() as w:
             meta = dict(w.execute("SELECT key, value FROM meta").fetchall())
             gen, n_rows = int(meta["generation"]), int(meta["rows"])
             rows = self.rows_file(gen)
             keep = min(n_rows, rows.rows_on_disk())
+            damaged = ",".join(str(r) for r in self.nonfinite_rows(gen, keep)) or "-1"
             with w:
                 bad_rows = f"""SELECT row FROM ({ALL_ROWS}) GROUP BY row
-                               HAVING COUNT(*) > 1 OR row >= {int(keep)}"""
+                               HAVING COUNT(*) > 1 OR row >= {int(keep)}
+                                   OR row IN ({damaged})"""
                 bad = w.execute(
                     f"""SELECT id FROM files WHERE row IN ({bad_rows}) UNION
                         SELECT file_id FROM segments WHERE row IN ({bad_rows})"""

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from safetensors.numpy import save_file as save_np
 from safetensors.torch import load_file, save_file
 
@@ -48,7 +49,9 @@ from vsekit.bundle import (
     bundle_dir,
     default_model_dir,
     read_bundle_extras,
+    verify_bundle,
     write_expansion,
+    write_manifest,
 )
 from vsekit.config import ConfigError
 from vsekit.fne import FNEStats
@@ -158,6 +161,7 @@ class VSEModel(BaseModel):
         path = bundle_dir(name)
         if os.environ.get("VSEKIT_THREADS", "").isdigit():  # set by `vse ... --threads`
             torch.set_num_threads(max(1, int(os.environ["VSEKIT_THREADS"])))
+        verify_bundle(path)
         try:
             info = json.loads((path / "bundle.json").read_text())
             mcfg = model_config(upgrade_model_section(info["config"]["model"]))
@@ -174,7 +178,7 @@ class VSEModel(BaseModel):
             state = load_file(path / "model.safetensors")
             model.load_state_dict({k: v.float() for k, v in state.items()})
             extras = read_bundle_extras(path, info)
-        except (OSError, KeyError, ValueError, ConfigError, RuntimeError) as e:
+        except (OSError, KeyError, ValueError, ConfigError, RuntimeError, SafetensorError) as e:
             raise ModelError(f"{path}: broken model bundle ({e})") from e
         out = cls(model, info, extras["fne_stats"], extras["captions"], path, extras["tagger"],
                   device)  # fmt: skip
@@ -217,6 +221,7 @@ class VSEModel(BaseModel):
             info = dict(self.info, dtype=str(dtype).removeprefix("torch."))
             info.pop("vocab_expansion", None)  # in expansion.json, beside its vectors
             (tmp / "bundle.json").write_text(json.dumps(info, indent=2) + "\n")
+            write_manifest(tmp)
         return Path(out)
 
     # -- identity ------------------------------------------------------------------

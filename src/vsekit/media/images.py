@@ -14,6 +14,7 @@ The check is done here, per call, and is thread-safe (no global warning filters)
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from typing import BinaryIO
 
@@ -47,6 +48,26 @@ def _name(src) -> str:
     return str(src) if isinstance(src, str | os.PathLike) else getattr(src, "name", "upload")
 
 
+def open_regular(path: str | os.PathLike) -> BinaryIO:
+    """``path`` opened for reading only if it is a regular file: a FIFO, a device or a
+    folder is an :class:`ImageError` at once (never a read that blocks forever). The
+    check is made on the open file, so a path swapped after it cannot slip through."""
+    name = os.fsdecode(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except FileNotFoundError as e:
+        raise ImageError(f"{name}: no such file") from e
+    except OSError as e:
+        raise ImageError(f"{name}: cannot be opened ({e.strerror})") from e
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO, socket or device"
+        raise ImageError(f"{name}: not a regular file ({kind})")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
 def load_image(src: str | os.PathLike | BinaryIO, reduce_to: int | None = None) -> Image.Image:
     """Decode ``src`` (a path or a binary file object) into an RGB image.
 
@@ -58,6 +79,13 @@ def load_image(src: str | os.PathLike | BinaryIO, reduce_to: int | None = None) 
     anything unreadable.
     """
     name = _name(src)
+    if isinstance(src, (str, os.PathLike)):
+        with open_regular(src) as fh:
+            return _decode(fh, name, reduce_to)
+    return _decode(src, name, reduce_to)
+
+
+def _decode(src: BinaryIO, name: str, reduce_to: int | None) -> Image.Image:
     try:
         with _slots, Image.open(src) as im:
             w, h = im.size

@@ -194,6 +194,11 @@ class BaseModel:
         bad = [k for k, t in enumerate(items) if not isinstance(t, str)]
         if bad:
             raise TypeError(f"encode_text: item {bad[0]} is {type(items[bad[0]]).__name__}")
+        for k, t in enumerate(items):
+            try:
+                t.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(f"encode_text: item {k} is not valid UTF-8 text") from None
         chunks = []
         bar = _progress(len(items), "texts", show_progress)
         for batch in _batches(items, batch_size):

@@ -157,6 +157,7 @@ def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def write_hubness(bundle: Path, config: HubnessConfig, image_bank: np.ndarray, info: dict) -> None:
     """Write ``hubness.npz`` (the image bank, int8 rows and their scales) and
     ``hubness.json`` (the settings, the bank's sha256 and the provenance ``info``)."""
+    from vsekit.bundle import write_manifest
     from vsekit.fsio import atomic_write
 
     q, scale = quantize_rows(image_bank)
@@ -167,6 +168,7 @@ def write_hubness(bundle: Path, config: HubnessConfig, image_bank: np.ndarray, i
     meta = {**asdict(config), "image_bank": len(image_bank),
             "sha256": hashlib.sha256(data).hexdigest(), **info}  # fmt: skip
     atomic_write(bundle / HUBNESS_INFO, json.dumps(meta, indent=2) + "\n")
+    write_manifest(bundle)
 
 
 def read_hubness(bundle: Path) -> tuple[HubnessConfig, np.ndarray, str] | None:

@@ -32,6 +32,7 @@ from vsekit.bundle import (
     missing_onnx,
     read_bundle_extras,
     read_onnx_meta,
+    verify_bundle,
     verify_onnx,
 )
 from vsekit.media.images import load_image
@@ -125,6 +126,7 @@ class OnnxModel(BaseModel):
             raise ModelError(
                 f"{path}: no {', '.join(missing)}; create them with `vse model onnx {path}`"
             )
+        verify_bundle(path)
         try:
             info = json.loads((path / "bundle.json").read_text())
             return cls(path, info, threads, precision or default_precision(path))

@@ -169,6 +169,7 @@ def _model_export(args: argparse.Namespace) -> int:
 
 
 def _model_pin(args: argparse.Namespace) -> int:
+    from vsekit.bundle import write_manifest
     from vsekit.fsio import atomic_write
     from vsekit.lab.features import create_backbone
     from vsekit.lab.features.check import check_backbone
@@ -184,6 +185,7 @@ def _model_pin(args: argparse.Namespace) -> int:
         raise ValueError(f"{net.weights_source}: fails `vse weights check`; not pinning")
     spec.update(net.identity(int(spec["crops"])))
     atomic_write(path, json.dumps(info, indent=2) + "\n")
+    write_manifest(path.parent)
     print(f"{path}: pinned {spec['backbone']} weights sha256 {net.weights_sha256}")
     return 0
 

@@ -108,10 +108,9 @@ def test_onnx_text_graph_carries_the_expansion(tmp_path):
     a, b = m.encode_text(texts), onnx_m.encode_text(texts)
     assert (a * b).sum(1).min() >= 0.9999
     # a text graph made before an expansion is refused, not read out of range
-    (out / "expansion.txt").write_text("canine\nautomobile\nlad\n")
-    from safetensors.numpy import save_file
+    from vsekit.bundle import write_expansion
 
-    save_file({"vectors": np.zeros((3, 8), np.float16)}, str(out / "expansion.safetensors"))
+    write_expansion(out, ["canine", "automobile", "lad"], np.zeros((3, 8), np.float32), {})
     with pytest.raises(vsekit.ModelError, match="re-create it with `vse model onnx`"):
         vsekit.load_model(out, backend="onnx")
 

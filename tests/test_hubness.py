@@ -119,7 +119,7 @@ def test_bundle_files_and_model_ranking(tmp_path):
     # the pool's penalties are cached on disk, and a new process ranks the same from them
     from vsekit.fsio import cache_dir
 
-    assert list((cache_dir() / "captions").glob(f"{m.fingerprint}-*-pen-{hub.key}.npy"))
+    assert list((cache_dir() / "captions").glob(f"{m.fingerprint}-*-pen-{hub.key}-*.npy"))
     again = vsekit.load_model(str(bundle), backend="torch").annotate(str(photos[6]), k=3)
     assert [c for c, _ in again] == [c for c, _ in best]
     # a bank that is not the one recorded, or malformed settings: a one-line error

@@ -153,12 +153,25 @@ def browser_page(app, args: tuple[str, ...] = ()):
     if os.environ.get("VSEKIT_SKIP_BROWSER") == "1":
         pytest.skip("VSEKIT_SKIP_BROWSER=1")
     assert Path(CHROMIUM).is_file(), f"{CHROMIUM} missing: run scripts/setup (apt chromium)"
-    import uvicorn
     from playwright.sync_api import sync_playwright
 
-    port = free_port()
+    with running_server(app) as port, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=list(args))
+        page = browser.new_page()
+        page.goto(f"http://127.0.0.1:{port}/")
+        yield page
+        browser.close()
+
+
+@contextlib.contextmanager
+def running_server(app):
+    """``app`` served by a real uvicorn server with `vse serve`'s settings on a free
+    port (yielded), in a thread; stopped on exit."""
+    import uvicorn
+
     from vsekit.cli.serve import server_config
 
+    port = free_port()
     server = uvicorn.Server(server_config(app, "127.0.0.1", port))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -166,12 +179,7 @@ def browser_page(app, args: tuple[str, ...] = ()):
     while not server.started and time.time() < deadline:
         time.sleep(0.05)
     try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=list(args))
-            page = browser.new_page()
-            page.goto(f"http://127.0.0.1:{port}/")
-            yield page
-            browser.close()
+        yield port
     finally:
         server.should_exit = True
         thread.join(timeout=10)

@@ -47,6 +47,13 @@ def exclusive_lock(path: str | os.PathLike, wait: str | None = None) -> Iterator
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def open_no_wait(path: str | os.PathLike) -> tuple[int, os.stat_result]:
+    """``(fd, fstat)`` of ``path`` opened read-only without blocking (a FIFO opens at once
+    and is told apart by its stat, checked on the open file, not on the name)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    return fd, os.fstat(fd)
+
+
 def cache_dir() -> Path:
     """vsekit's cache: ``$VSEKIT_CACHE``, default ``~/.cache/vsekit`` (weights, stores,
     the default index, parses)."""

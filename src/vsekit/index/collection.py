@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vsekit.fsio import open_no_wait
 from vsekit.index import caches
 from vsekit.index.scan import inside, printable, scan_media
 from vsekit.index.search import FAISS_MIN_ROWS, FaissSearcher, search_snapshot
@@ -195,12 +196,11 @@ class Collection:
         if not any(inside(real, r) for r in self.store.roots(snap)):
             raise FileChanged(f"id: image {file_id} now resolves outside the indexed folders")
         try:
-            fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+            fd, st = open_no_wait(real)
         except FileNotFoundError as e:
             raise FileNotIndexed(f"id: image {file_id} is no longer on disk") from e
         except OSError as e:
             raise FileChanged(f"id: image {file_id} cannot be opened ({e.strerror})") from e
-        st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or (st.st_size, st.st_mtime_ns) != (size, mtime):
             os.close(fd)
             raise FileChanged(

@@ -20,6 +20,8 @@ from typing import BinaryIO
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from vsekit.fsio import open_no_wait
+
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
 try:  # HEIC/HEIF photos (iPhones), with the [heic] extra
     from pillow_heif import register_heif_opener
@@ -54,12 +56,11 @@ def open_regular(path: str | os.PathLike) -> BinaryIO:
     check is made on the open file, so a path swapped after it cannot slip through."""
     name = os.fsdecode(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        fd, st = open_no_wait(path)
     except FileNotFoundError as e:
         raise ImageError(f"{name}: no such file") from e
     except OSError as e:
         raise ImageError(f"{name}: cannot be opened ({e.strerror})") from e
-    st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO, socket or device"

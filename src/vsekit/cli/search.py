@@ -12,7 +12,12 @@ from vsekit.cli._base import DEFAULT_INDEX, clock, command, positive_int
 @command
 def _add_search(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("search", help="find indexed photos by text or by a similar image")
-    p.add_argument("query", nargs="?", help="what is in the photo")
+    p.add_argument(
+        "query",
+        nargs="?",
+        help='what is in the photo; or a sum of terms: \'"a dog" + "beach" - "snow"\', '
+        "'2:\"golden retriever\"', '#ID' (an indexed photo), './photo.jpg'",
+    )
     p.add_argument("--image", help="find photos similar to this image instead")
     p.add_argument("--index", default=DEFAULT_INDEX)
     p.add_argument("--model", help="model (default: the one the index was built with)")
@@ -29,10 +34,10 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
 def _search(args: argparse.Namespace) -> int:
     from vsekit.index.query import (
         check_query,
-        check_words,
+        embed_query,
         open_collection,
         search_image,
-        search_text,
+        search_text_embedding,
     )
     from vsekit.media.images import open_regular
 
@@ -44,10 +49,10 @@ def _search(args: argparse.Namespace) -> int:
         open_regular(args.image).close()  # a FIFO or a device is refused before any read
     coll, model = open_collection(args.index, args.model)
     if args.query is not None:
-        unknown = check_words(model, args.query)
+        emb, unknown = embed_query(model, args.query, coll.embedding_of)
         if unknown:
             print(f"note: the model does not know {', '.join(unknown)}", file=sys.stderr)
-        hits = search_text(coll, model, args.query, args.k, args.method)
+        hits = search_text_embedding(coll, model, emb, args.k, args.method)
     else:
         hits = search_image(coll, model, args.image, args.k, args.method)
     if args.json:

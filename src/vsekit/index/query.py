@@ -4,11 +4,13 @@ in, with the model's own similarity and the same input checks everywhere."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from vsekit.bundle import bundle_dir, precision_of
+from vsekit.index.algebra import parse_query, query_vector
 from vsekit.index.collection import Collection, Hit, check_model, model_info
 from vsekit.index.snapshot import Snapshot
 from vsekit.runtime import BaseModel, ModelError, load_model
@@ -53,12 +55,40 @@ def _score_fn(model: BaseModel):
     return lambda emb, q: model.similarity(emb, q).T  # [n, Q] -> [Q, n]
 
 
+def embed_query(
+    model: BaseModel,
+    text: str,
+    indexed: Callable[[int], np.ndarray | None] = lambda _: None,
+    allow_paths: bool = True,
+) -> tuple[np.ndarray, list[str]]:
+    """``([1, D] query vector, words the model does not know)`` of a text query, with
+    the query algebra of :mod:`vsekit.index.algebra` (``"a dog" + "beach" - "snow"``,
+    weights, ``#ID`` and, where ``allow_paths``, photo files). ``indexed(id)``: an
+    indexed photo's embedding. ValueError naming the term that is malformed or whose
+    words the model knows none of."""
+    q = check_query(text)
+    terms = parse_query(q, allow_paths)
+    if len(terms) == 1 and terms[0].text is not None and terms[0].weight == 1:
+        return model.encode_text([terms[0].text]), check_words(model, terms[0].text)
+    if model.similarity_name != "cosine":
+        raise ValueError(f"query: sums of terms need a cosine model, not {model.similarity_name}")
+    unknown: list[str] = []
+    for t in terms:
+        if t.text is not None:
+            try:
+                unknown += check_words(model, t.text)
+            except ValueError as e:
+                raise ValueError(f"query: term {t.describe()}: {str(e).split(': ', 1)[1]}") from e
+    vec = query_vector(terms, lambda s: model.encode_text([s])[0], model.encode_image, indexed)
+    return vec[None], unknown
+
+
 def search_text(
     coll: Collection, model: BaseModel, text: str, k: int = 20, method: str = "auto"
 ) -> list[Hit]:
-    q = check_query(text)
-    check_words(model, q)
-    return search_text_embedding(coll, model, model.encode_text([q]), k, method)
+    """Photos for a text query, with the query algebra (:func:`embed_query`)."""
+    emb, _ = embed_query(model, text, coll.embedding_of)
+    return search_text_embedding(coll, model, emb, k, method)
 
 
 def search_text_embedding(

@@ -139,6 +139,10 @@ class Service:
             except FileChanged as e:
                 raise ApiError(409, str(e)) from e
 
+    def embedding_of(self, file_id: int):
+        with self.lock:
+            return self.coll.embedding_of(file_id)
+
     def path_of(self, file_id: int) -> str | None:
         with self.lock:
             return self.coll.path_of(file_id)

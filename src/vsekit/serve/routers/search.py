@@ -10,7 +10,7 @@ from vsekit.index.query import (
     MAX_K,
     MAX_QUERY_CHARS,
     check_query,
-    check_words,
+    embed_query,
     search_text_embedding,
     search_vector,
 )
@@ -35,13 +35,13 @@ def search(
     k: Annotated[int, Query(ge=1, le=MAX_K)] = 20,
 ) -> dict:
     """Photos and videos for a text query (a video hit names the ``start`` and ``end``
-    of its best segment, in seconds)."""
-    try:
+    of its best segment, in seconds). Query algebra: ``"a dog" + "beach" - "snow"``,
+    ``2:"golden retriever"``, ``#ID`` for an indexed photo."""
+    try:  # the model is read-only: encode outside the collection's lock
         q = check_query(q)
-        check_words(svc.model, q)
+        emb, _ = embed_query(svc.model, q, svc.embedding_of, allow_paths=False)
     except ValueError as e:
         raise ApiError(400, str(e)) from e
-    emb = svc.model.encode_text([q])  # the model is read-only: encode outside the lock
     found = svc.hits(search_text_embedding, emb, k)
     return {"query": q, "results": [hit_json(h, svc.roots_for_display()) for h in found]}
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 __all__ = [
+    "Filters",
     "ModelError",
     "OnnxModel",
     "__version__",
@@ -28,9 +29,11 @@ __all__ = [
 
 if TYPE_CHECKING:
     from vsekit.index.api import open_index
+    from vsekit.index.filters import Filters
     from vsekit.runtime import ModelError, OnnxModel, list_models, load_model
 
 _WHERE = {
+    "Filters": "vsekit.index.filters",
     "ModelError": "vsekit.runtime",
     "OnnxModel": "vsekit.runtime",
     "list_models": "vsekit.runtime",

@@ -23,6 +23,11 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", help="model (default: the one the index was built with)")
     p.add_argument("--k", type=positive_int, default=20)
     p.add_argument("--method", default="auto", choices=["auto", "exact", "faiss"])
+    f = p.add_argument_group("filters (from EXIF; files without a date use their mtime)")
+    f.add_argument("--after", metavar="DATE", help="taken on or after: 2019, 2019-06, 2019-06-15")
+    f.add_argument("--before", metavar="DATE", help="taken before this year, month or day")
+    f.add_argument("--camera", help="part of the camera's make and model, e.g. 'pixel'")
+    f.add_argument("--near", metavar="LAT,LON[,KM]", help="GPS within KM (10) of a place")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print JSON")
     out.add_argument(
@@ -32,6 +37,7 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
 
 
 def _search(args: argparse.Namespace) -> int:
+    from vsekit.index.filters import Filters
     from vsekit.index.query import (
         check_query,
         embed_query,
@@ -43,6 +49,7 @@ def _search(args: argparse.Namespace) -> int:
 
     if (args.query is None) == (args.image is None):
         raise ValueError("give either a text query or --image FILE")
+    filters = Filters.parse(args.after, args.before, args.camera, args.near)
     if args.query is not None:
         args.query = check_query(args.query)
     else:
@@ -52,9 +59,9 @@ def _search(args: argparse.Namespace) -> int:
         emb, unknown = embed_query(model, args.query, coll.embedding_of)
         if unknown:
             print(f"note: the model does not know {', '.join(unknown)}", file=sys.stderr)
-        hits = search_text_embedding(coll, model, emb, args.k, args.method)
+        hits = search_text_embedding(coll, model, emb, args.k, args.method, filters)
     else:
-        hits = search_image(coll, model, args.image, args.k, args.method)
+        hits = search_image(coll, model, args.image, args.k, args.method, filters)
     if args.json:
         print(json.dumps([h.__dict__ for h in hits], indent=2))
     elif args.paths_only:

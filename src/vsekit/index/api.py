@@ -4,6 +4,7 @@ index = vsekit.open_index("~/.cache/vsekit/index")
 index.add("~/Pictures")                  # embed new and changed photos
 for hit in index.search("a dog on a beach", k=5):
     print(hit.score, hit.path)
+index.search('"a dog" + "beach" - "snow"', filters=Filters.parse(after="2019-06"))
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from PIL import Image
 
 from vsekit.index.collection import Collection, Hit, UpdateReport, model_info
+from vsekit.index.filters import Filters
 from vsekit.index.query import open_collection, search_image, search_text, store_caches
 from vsekit.runtime import BaseModel, load_model
 
@@ -55,13 +57,19 @@ class PhotoIndex:
         return rep
 
     def search(
-        self, query: str | os.PathLike | Image.Image, k: int = 20, method: str = "auto"
+        self,
+        query: str | os.PathLike | Image.Image,
+        k: int = 20,
+        method: str = "auto",
+        filters: Filters | None = None,
     ) -> list[Hit]:
-        """Photos best matching ``query``: a sentence (``str``), or an image (a
-        :class:`pathlib.Path` or a PIL image) for photos that look like it."""
+        """Photos best matching ``query``: a sentence or a sum of terms (``str``, see
+        :mod:`vsekit.index.algebra`), or an image (a :class:`pathlib.Path` or a PIL
+        image) for photos that look like it; among those ``filters`` keep
+        (``Filters.parse(after="2019-06", camera="pixel")``)."""
         if isinstance(query, str):
-            return search_text(self.collection, self.model, query, k, method)
-        return search_image(self.collection, self.model, query, k, method)
+            return search_text(self.collection, self.model, query, k, method, filters)
+        return search_image(self.collection, self.model, query, k, method, filters)
 
     def close(self) -> None:
         self.collection.close()

@@ -34,6 +34,7 @@ import numpy as np
 
 from vsekit.fsio import open_no_wait
 from vsekit.index import caches
+from vsekit.index.filters import Filters
 from vsekit.index.scan import inside, printable, scan_media
 from vsekit.index.search import FAISS_MIN_ROWS, FaissSearcher, search_snapshot
 from vsekit.index.snapshot import Hit, Snapshot
@@ -293,13 +294,16 @@ class Collection:
         score_fn=None,
         bias: np.ndarray | None = None,
         snap: Snapshot | None = None,
+        filters: Filters | None = None,
     ) -> list[list[Hit]]:
         """Top-k files for each query vector ``[Q, dim]`` in ``snap`` (default: the
-        current snapshot); see :func:`vsekit.index.search.search_snapshot`."""
+        current snapshot) among those ``filters`` keep; see
+        :func:`vsekit.index.search.search_snapshot`."""
         snap = snap or self.snapshot
+        allowed = filters.rows(snap) if filters else None
         try:
             return search_snapshot(snap, queries, k, method, score_fn, bias,
-                                   lambda: self._faiss_for(snap))  # fmt: skip
+                                   lambda: self._faiss_for(snap), allowed)  # fmt: skip
         except ValueError as e:
             raise CollectionError(str(e)) from e
 

@@ -12,6 +12,7 @@ import numpy as np
 from vsekit.bundle import bundle_dir, precision_of
 from vsekit.index.algebra import parse_query, query_vector
 from vsekit.index.collection import Collection, Hit, check_model, model_info
+from vsekit.index.filters import Filters
 from vsekit.index.snapshot import Snapshot
 from vsekit.runtime import BaseModel, ModelError, load_model
 
@@ -84,15 +85,26 @@ def embed_query(
 
 
 def search_text(
-    coll: Collection, model: BaseModel, text: str, k: int = 20, method: str = "auto"
+    coll: Collection,
+    model: BaseModel,
+    text: str,
+    k: int = 20,
+    method: str = "auto",
+    filters: Filters | None = None,
 ) -> list[Hit]:
-    """Photos for a text query, with the query algebra (:func:`embed_query`)."""
+    """Photos for a text query, with the query algebra (:func:`embed_query`), among
+    those ``filters`` keep."""
     emb, _ = embed_query(model, text, coll.embedding_of)
-    return search_text_embedding(coll, model, emb, k, method)
+    return search_text_embedding(coll, model, emb, k, method, filters)
 
 
 def search_text_embedding(
-    coll: Collection, model: BaseModel, q: np.ndarray, k: int = 20, method: str = "auto"
+    coll: Collection,
+    model: BaseModel,
+    q: np.ndarray,
+    k: int = 20,
+    method: str = "auto",
+    filters: Filters | None = None,
 ) -> list[Hit]:
     """Images best matching an already-embedded text query ``q`` ([D] or [1, D]), scored
     with the model's own similarity (the service embeds outside its collection lock),
@@ -100,7 +112,8 @@ def search_text_embedding(
     serves the whole query, so a writer's commit cannot put the two out of step."""
     snap = coll.snapshot
     bias = text_query_bias(coll, model, snap)
-    return coll.search(np.atleast_2d(q), check_k(k), method, _score_fn(model), bias, snap)[0]
+    return coll.search(np.atleast_2d(q), check_k(k), method, _score_fn(model), bias, snap,
+                       filters)[0]  # fmt: skip
 
 
 def text_query_bias(
@@ -127,17 +140,27 @@ def store_caches(coll: Collection, model: BaseModel) -> None:
 
 
 def search_vector(
-    coll: Collection, model: BaseModel, emb: np.ndarray, k: int = 20, method: str = "auto"
+    coll: Collection,
+    model: BaseModel,
+    emb: np.ndarray,
+    k: int = 20,
+    method: str = "auto",
+    filters: Filters | None = None,
 ) -> list[Hit]:
     """Images nearest to an image embedding (cosine between image embeddings)."""
-    return coll.search(np.atleast_2d(emb), check_k(k), method)[0]
+    return coll.search(np.atleast_2d(emb), check_k(k), method, filters=filters)[0]
 
 
 def search_image(
-    coll: Collection, model: BaseModel, image, k: int = 20, method: str = "auto"
+    coll: Collection,
+    model: BaseModel,
+    image,
+    k: int = 20,
+    method: str = "auto",
+    filters: Filters | None = None,
 ) -> list[Hit]:
     """``image``: a path or a PIL image (ImageError if unreadable)."""
-    return search_vector(coll, model, model.encode_image(image), k, method)
+    return search_vector(coll, model, model.encode_image(image), k, method, filters)
 
 
 def open_collection(

@@ -84,11 +84,24 @@ class FaissSearcher:
             self.index.nprobe = nprobe
         return self
 
-    def search(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def search(
+        self, q: np.ndarray, k: int, rows: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(scores, rows)`` of the ``k`` best rows (``-1`` pads when fewer exist);
+        ``rows``: search only these (a filter), through a FAISS ID selector."""
+        import faiss
+
         k = min(k, self.n)
         if k == 0:
             return np.zeros((len(q), 0), np.float32), np.zeros((len(q), 0), np.int64)
-        s, r = self.index.search(np.ascontiguousarray(q, dtype=np.float32), k)
+        params = None
+        if rows is not None:
+            sel = faiss.IDSelectorBatch(np.ascontiguousarray(rows, dtype=np.int64))
+            if hasattr(self.index, "nprobe"):
+                params = faiss.SearchParametersIVF(sel=sel, nprobe=self.index.nprobe)
+            else:
+                params = faiss.SearchParameters(sel=sel)
+        s, r = self.index.search(np.ascontiguousarray(q, dtype=np.float32), k, params=params)
         return s, r
 
 
@@ -116,6 +129,7 @@ def search_snapshot(
     score_fn: ScoreFn | None = None,
     bias: np.ndarray | None = None,
     faiss: Callable[[], FaissSearcher] | None = None,
+    allowed: np.ndarray | None = None,
 ) -> list[list]:
     """Top-k files of a :class:`~vsekit.index.snapshot.Snapshot` for each query vector
     ``[Q, dim]``, a file scoring its best row; a video hit carries the start and end of
@@ -125,29 +139,42 @@ def search_snapshot(
     penalty); FAISS then re-ranks its ``4k + 100`` best rows by the biased score.
     ``method``: ``exact`` (one chunked matrix product), ``faiss`` (``faiss()`` gives the
     searcher) or ``auto`` (FAISS from ``FAISS_MIN_ROWS`` live rows, dot-product models).
+    ``allowed``: ``[rows]`` bool, the only rows that may be returned (a filter, applied
+    before the top-k: FAISS searches them through an ID selector, and exact search
+    takes over if the approximate search finds fewer than ``k`` of them).
     """
     q = np.atleast_2d(np.asarray(queries, np.float32))
     dot = score_fn is None
     if method == "auto":
         method = "faiss" if dot and len(snap) >= FAISS_MIN_ROWS else "exact"
-    n_live = snap.n_live
+    live = snap.live if allowed is None else allowed & snap.live
+    n_live = int(live.sum())
+    if n_live == 0:
+        return [[] for _ in q]
     if method == "faiss":
         if not dot:
             raise ValueError("FAISS search needs a dot-product (cosine) model")
         if faiss is None:
             raise ValueError("FAISS search needs a FAISS index")
         searcher = faiss()
+        sel = None if allowed is None else np.flatnonzero(live)
 
         def top_rows(k_rows: int):
             if bias is None:
-                return searcher.search(q, k_rows)
-            _, cand = searcher.search(q, min(4 * k_rows + 100, n_live))
-            return rerank(snap.emb, q, cand, bias, k_rows)
+                s, r = searcher.search(q, k_rows, sel)
+            else:
+                _, cand = searcher.search(q, min(4 * k_rows + 100, n_live), sel)
+                s, r = rerank(snap.emb, q, cand, bias, k_rows)
+            if sel is not None and ((r >= 0).sum(1) < min(k_rows, n_live)).any():
+                # an inverted file visits only some lists: a narrow filter can leave
+                # fewer than k there, while k exist; rank the filtered rows exactly
+                return exact_search(snap.emb, q, k_rows, live, bias=bias)
+            return s, r
     elif method == "exact":
         kw = {} if dot else {"score_fn": score_fn}
 
         def top_rows(k_rows: int):
-            return exact_search(snap.emb, q, k_rows, snap.live, bias=bias, **kw)
+            return exact_search(snap.emb, q, k_rows, live, bias=bias, **kw)
     else:
         raise ValueError(f"unknown search method {method!r}; use auto | exact | faiss")
     # a file can own several rows (a video's segments): ask for more rows until k

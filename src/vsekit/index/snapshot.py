@@ -60,6 +60,9 @@ class Snapshot:
     roots: list[str] | None
     meta: dict[str, str] = field(repr=False)
     id_to_pos: dict[int, int] = field(repr=False)
+    #: per file (by position): its :class:`~vsekit.media.exif.PhotoMeta` fields, None
+    #: (NaN for lat/lon) where unknown
+    photo_meta: dict[str, list] = field(repr=False, default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -127,6 +130,18 @@ def _segments(db: sqlite3.Connection) -> list[tuple]:
         return []
 
 
+META_FIELDS = ("taken", "taken_from", "make", "model", "lat", "lon")
+
+
+def _photo_meta(db: sqlite3.Connection) -> list[tuple]:
+    """``(file_id, taken, taken_from, make, model, lat, lon)`` of every file that has
+    them (none in an index made before they were recorded, opened read-only)."""
+    try:
+        return db.execute(f"SELECT file_id, {', '.join(META_FIELDS)} FROM photo_meta").fetchall()
+    except sqlite3.OperationalError:
+        return []
+
+
 def read_snapshot(db: sqlite3.Connection, index: Path, dim: int) -> Snapshot:
     """Everything a reader needs, read in one transaction (see the module docstring)."""
     import json
@@ -137,6 +152,7 @@ def read_snapshot(db: sqlite3.Connection, index: Path, dim: int) -> Snapshot:
         gen, n_rows = int(meta["generation"]), int(meta["rows"])
         files = db.execute("SELECT id, path, row, size, mtime_ns FROM files ORDER BY id").fetchall()
         seg = np.array(_segments(db), np.float64).reshape(-1, 4)
+        pmeta = _photo_meta(db)
         f = emb_path(index, gen)
         if n_rows and f.is_file():
             emb = np.memmap(f, np.float32, mode="r", shape=(n_rows, dim))
@@ -167,6 +183,12 @@ def read_snapshot(db: sqlite3.Connection, index: Path, dim: int) -> Snapshot:
         int(seg_pos[part[0]]): seg_rows[part] for part in np.split(order, cuts) if len(part)
     }
     roots = json.loads(meta["roots"]) if "roots" in meta else None
+    photo_meta: dict[str, list] = {f: [None] * len(ids) for f in META_FIELDS}
+    for row in pmeta:
+        pos = id_to_pos.get(int(row[0]))
+        if pos is not None:
+            for f, v in zip(META_FIELDS, row[1:], strict=True):
+                photo_meta[f][pos] = v
     return Snapshot(
         key=(gen, n_rows, version, len(ids), int(rows.sum()) if len(rows) else 0),
         generation=gen,
@@ -185,4 +207,5 @@ def read_snapshot(db: sqlite3.Connection, index: Path, dim: int) -> Snapshot:
         roots=roots,
         meta=meta,
         id_to_pos=id_to_pos,
+        photo_meta=photo_meta,
     )

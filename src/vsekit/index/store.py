@@ -56,6 +56,15 @@ CREATE TABLE IF NOT EXISTS segments (
     end REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS segments_file ON segments (file_id);
+CREATE TABLE IF NOT EXISTS photo_meta (
+    file_id INTEGER PRIMARY KEY,
+    taken TEXT,
+    taken_from TEXT NOT NULL,
+    make TEXT,
+    model TEXT,
+    lat REAL,
+    lon REAL
+);
 CREATE TABLE IF NOT EXISTS failed (
     path TEXT PRIMARY KEY,
     size INTEGER NOT NULL,

@@ -20,6 +20,7 @@ import numpy as np
 
 from vsekit.index.scan import match_moves, scan_media
 from vsekit.index.store import CollectionError, IndexStore, set_meta
+from vsekit.media.exif import PhotoMeta, read_meta
 from vsekit.media.images import ImageError, load_image
 from vsekit.media.video import Sampling, embed_video, is_video
 
@@ -140,9 +141,37 @@ def update(
             on_batch(a + len(batch))
     if bar is not None:
         bar.close()
+    backfill_meta(w)
     store.compact(w)
     rep.seconds = time.perf_counter() - t0
     return rep
+
+
+def put_meta(w: sqlite3.Connection, file_id: int, m: PhotoMeta) -> None:
+    w.execute(
+        "INSERT OR REPLACE INTO photo_meta (file_id, taken, taken_from, make, model, lat, lon) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (file_id, m.taken, m.taken_from, m.make, m.model, m.lat, m.lon),
+    )
+
+
+def backfill_meta(w: sqlite3.Connection, block: int = 256) -> None:
+    """Read the EXIF header of indexed files that have no metadata yet (an index made
+    before it was recorded, or a writer killed between the two), and drop the metadata
+    of files that are gone. In blocks, each committed."""
+    with w:
+        w.execute("DELETE FROM photo_meta WHERE file_id NOT IN (SELECT id FROM files)")
+    while True:
+        todo = w.execute(
+            "SELECT id, path, mtime_ns FROM files WHERE id NOT IN "
+            f"(SELECT file_id FROM photo_meta) LIMIT {block}"
+        ).fetchall()
+        if not todo:
+            return
+        metas = [read_meta(p, m) for _, p, m in todo]
+        with w:
+            for (i, _, _), m in zip(todo, metas, strict=True):
+                put_meta(w, i, m)
 
 
 def commit_batch(
@@ -165,6 +194,7 @@ def commit_batch(
         rows.append(block)
     rows.sync()
     next_row = n_rows + len(ok)
+    metas = [read_meta(p, mtime) for p, _, mtime in ok]  # headers only
     with w:
         for j, (p, size, mtime) in enumerate(ok):
             if p in known:
@@ -192,6 +222,7 @@ def commit_batch(
                 )  # fmt: skip
                 next_row += len(v.segments)
             w.execute("DELETE FROM failed WHERE path = ?", (p,))
+            put_meta(w, file_id, metas[j])
         for p, size, mtime, err in errors:
             w.execute(
                 "INSERT OR REPLACE INTO failed (path, size, mtime_ns, error) VALUES (?, ?, ?, ?)",

@@ -104,10 +104,10 @@ class Service:
         with self.lock:
             return self.coll.roots()
 
-    def hits(self, fn, *args) -> list[Hit]:
+    def hits(self, fn, *args, **kw) -> list[Hit]:
         try:
             with self.lock:
-                return fn(self.coll, self.model, *args, method=self.method)
+                return fn(self.coll, self.model, *args, method=self.method, **kw)
         except ValueError as e:
             raise ApiError(400, str(e)) from e
 

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, File, Query, UploadFile
 
+from vsekit.index.filters import Filters
 from vsekit.index.query import (
     MAX_K,
     MAX_QUERY_CHARS,
@@ -33,16 +34,22 @@ def search(
     svc: Svc,
     q: Annotated[str, Query(min_length=1, max_length=MAX_QUERY_CHARS)],
     k: Annotated[int, Query(ge=1, le=MAX_K)] = 20,
+    after: Annotated[str | None, Query(max_length=10)] = None,
+    before: Annotated[str | None, Query(max_length=10)] = None,
+    camera: Annotated[str | None, Query(max_length=100)] = None,
+    near: Annotated[str | None, Query(max_length=60)] = None,
 ) -> dict:
     """Photos and videos for a text query (a video hit names the ``start`` and ``end``
     of its best segment, in seconds). Query algebra: ``"a dog" + "beach" - "snow"``,
-    ``2:"golden retriever"``, ``#ID`` for an indexed photo."""
+    ``2:"golden retriever"``, ``#ID`` for an indexed photo. Filters from EXIF:
+    ``after``/``before`` (2019, 2019-06, 2019-06-15), ``camera``, ``near`` (LAT,LON,KM)."""
     try:  # the model is read-only: encode outside the collection's lock
         q = check_query(q)
         emb, _ = embed_query(svc.model, q, svc.embedding_of, allow_paths=False)
+        filters = Filters.parse(after, before, camera, near)
     except ValueError as e:
         raise ApiError(400, str(e)) from e
-    found = svc.hits(search_text_embedding, emb, k)
+    found = svc.hits(search_text_embedding, emb, k, filters=filters)
     return {"query": q, "results": [hit_json(h, svc.roots_for_display()) for h in found]}
 
 

@@ -1,0 +1,94 @@
+"""What a photo says about itself: capture time, camera and place, from its EXIF header
+(Pillow reads only the header, not the pixels).
+
+``taken`` is local wall-clock time as ISO text (``2019-06-15T10:04:31``), the way EXIF
+records it; files without an EXIF date (and videos) fall back to their modification
+time, marked ``taken_from="mtime"``. ISO text sorts as time does, so date filters compare
+strings.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from dataclasses import dataclass
+
+from PIL import Image
+
+EXIF_IFD, GPS_IFD = 0x8769, 0x8825
+DATETIME_ORIGINAL, DATETIME_DIGITIZED, DATETIME = 36867, 36868, 306
+MAKE, MODEL = 271, 272
+
+
+@dataclass(frozen=True)
+class PhotoMeta:
+    taken: str | None
+    taken_from: str  # "exif" | "mtime"
+    make: str | None = None
+    model: str | None = None
+    lat: float | None = None
+    lon: float | None = None
+
+
+def _text(v) -> str | None:
+    if isinstance(v, bytes):
+        v = v.decode("utf-8", "replace")
+    if not isinstance(v, str):
+        return None
+    v = v.strip("\0 ").strip()
+    return v or None
+
+
+def _exif_time(v) -> str | None:
+    """``"2019:06:15 10:04:31"`` -> ``"2019-06-15T10:04:31"`` (None if malformed)."""
+    v = _text(v)
+    if not v:
+        return None
+    try:
+        return dt.datetime.strptime(v[:19], "%Y:%m:%d %H:%M:%S").isoformat()
+    except ValueError:
+        return None
+
+
+def _degrees(v, ref) -> float | None:
+    try:
+        d, m, s = (float(x) for x in v)
+    except (TypeError, ValueError, ZeroDivisionError):
+        return None
+    out = d + m / 60 + s / 3600
+    if _text(ref) in ("S", "W"):
+        out = -out
+    return out
+
+
+def mtime_text(mtime_ns: int) -> str:
+    return dt.datetime.fromtimestamp(mtime_ns / 1e9).replace(microsecond=0).isoformat()
+
+
+def read_meta(path: str | os.PathLike, mtime_ns: int) -> PhotoMeta:
+    """The photo's EXIF date, camera and GPS position; the file's ``mtime_ns`` as its
+    date when it has none (or cannot be read as an image: a video, say)."""
+    try:
+        with Image.open(path) as im:
+            exif = im.getexif()
+            sub = exif.get_ifd(EXIF_IFD)
+            gps = exif.get_ifd(GPS_IFD)
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+        return PhotoMeta(mtime_text(mtime_ns), "mtime")
+    taken = next((t for t in (_exif_time(sub.get(DATETIME_ORIGINAL)),
+                              _exif_time(sub.get(DATETIME_DIGITIZED)),
+                              _exif_time(exif.get(DATETIME))) if t), None)  # fmt: skip
+    lat = _degrees(gps.get(2), gps.get(1)) if gps else None
+    lon = _degrees(gps.get(4), gps.get(3)) if gps else None
+    if lat is not None and not (-90 <= lat <= 90):
+        lat = None
+    if lon is not None and not (-180 <= lon <= 180):
+        lon = None
+    return PhotoMeta(
+        taken or mtime_text(mtime_ns),
+        "exif" if taken else "mtime",
+        _text(exif.get(MAKE)),
+        _text(exif.get(MODEL)),
+        lat if lon is not None else None,
+        lon if lat is not None else None,
+    )

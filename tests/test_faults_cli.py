@@ -152,3 +152,49 @@ def test_a_100k_character_query_gets_json_from_a_real_server(tmp_path):
         r = conn.getresponse()
         body = json.loads(r.read())
         assert r.status == 422 and body["error"].startswith("q: String should have at most")
+
+
+def test_help_lists_everyday_commands_first(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert out.index("commands:") < out.index("  search") < out.index("research commands")
+    assert out.index("research commands") < out.index("  train ")
+
+
+@pytest.mark.parametrize("typo,near", [("serch", "search"), ("indx", "index"), ("tran", "train")])
+def test_a_typo_gets_the_nearest_command(typo, near, capsys):
+    assert main([typo, "x"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"vse: error: unknown command {typo!r}; did you mean {near!r}?"
+    )
+
+
+def test_a_closed_pipe_is_not_an_error(tmp_path):
+    """`vse search ... -f | head -1` ended with "[Errno 32] Broken pipe"."""
+    photos = tmp_path / "p"
+    for i in range(40):
+        write_image(photos / f"{i:02d}.png", seed=i)
+    bundle = make_tiny_model().save(tmp_path / "m")
+    idx = tmp_path / "idx"
+    assert main(["index", str(photos), "--index", str(idx), "--model", str(bundle),
+                 "--quiet"]) == 0  # fmt: skip
+    script = tmp_path / "vse.py"
+    script.write_text(f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+                      "from vsekit.cli import main\nsys.exit(main())\n")  # fmt: skip
+    # `true` exits at once, long before the search prints: every write meets a closed pipe
+    cmd = f"{sys.executable} {script} search 'a dog' --index {idx} --k 40 -f | true;"
+    cmd += " echo ${PIPESTATUS[0]}"
+    r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "141", (r.stdout, r.stderr)
+    assert "Broken pipe" not in r.stderr and "Traceback" not in r.stderr
+
+
+def test_an_empty_folder_is_a_warning(tmp_path, capsys):
+    bundle = make_tiny_model().save(tmp_path / "m")
+    (tmp_path / "empty").mkdir()
+    argv = ["index", str(tmp_path / "empty"), "--index", str(tmp_path / "i"), "--model",
+            str(bundle), "--quiet"]  # fmt: skip
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "warning:" in err and "no photos or videos found" in err and ".jpg" in err

@@ -73,7 +73,6 @@ def build_parser(plugins: bool = True) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vse",
         description="vsekit: visual-semantic embeddings for images and sentences.",
-        epilog='start: vse index FOLDER, then vse search "what is in the photo"',
     )
     parser.add_argument("--version", action="version", version=f"vsekit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -84,6 +83,7 @@ def build_parser(plugins: bool = True) -> argparse.ArgumentParser:
     for name, why in missing["vsekit.commands"].items():
         if name not in sub.choices:
             add_stub(sub, name, why)
+    _group_commands(parser, sub)
     for name, top in sub.choices.items():
         if name in EXAMPLES:
             top.epilog = f"example:\n  {EXAMPLES[name]}"
@@ -95,6 +95,46 @@ def build_parser(plugins: bool = True) -> argparse.ArgumentParser:
     return parser
 
 
+#: what ``vse --help`` lists first; the rest are the research commands (``[train]``)
+EVERYDAY = ("index", "search", "annotate", "duplicates", "serve", "model", "completion")
+
+
+def _group_commands(parser: argparse.ArgumentParser, sub: argparse._SubParsersAction) -> None:
+    """``vse --help``: the everyday commands, then the research commands under their own
+    heading (they need the ``[train]`` extra), instead of one alphabetical list."""
+    helps = {a.dest: a.help or "" for a in sub._choices_actions}
+    sub._choices_actions.clear()  # listed in the epilog below instead
+    sub.metavar = "COMMAND"
+    sub.help = "one of the commands below (vse COMMAND --help for its options)"
+    everyday = [n for n in EVERYDAY if n in helps]
+    research = [n for n in helps if n not in EVERYDAY]
+    width = max(map(len, helps)) + 2
+
+    def block(names: list[str]) -> str:
+        return "\n".join(f"  {n:<{width}}{helps[n]}" for n in names)
+
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = (
+        f"commands:\n{block(everyday)}\n\n"
+        f"research commands (need the [train] extra: pip install 'vsekit[train]'):\n"
+        f"{block(research)}\n\n"
+        'start: vse index FOLDER, then vse search "what is in the photo"'
+    )
+
+
+def _unknown_command(argv: list[str]) -> str | None:
+    """``vse serch``: the one-line error with the nearest command, or None."""
+    import difflib
+
+    first = next((a for a in argv if not a.startswith("-")), None)
+    names = [*EVERYDAY, "data", "weights", "features", "train", "eval", "tags", "tag"]
+    if first is None or first in names or any(a in ("-h", "--help", "--version") for a in argv):
+        return None
+    close = difflib.get_close_matches(first, names, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; one of: {', '.join(names)}"
+    return f"vse: error: unknown command {first!r}{hint}"
+
+
 def _one_line(e: BaseException) -> str:
     if isinstance(e, OSError) and e.filename is not None and e.strerror:
         return f"{e.filename}: {e.strerror}"
@@ -104,15 +144,34 @@ def _one_line(e: BaseException) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in argv if not a.startswith("-")), None)
+    unknown = _unknown_command(argv)
+    if unknown:
+        print(unknown, file=sys.stderr)
+        return 2
     args = build_parser(plugins=first not in CORE_ONLY).parse_args(argv)
     try:
         return int(args.handler(args) or 0)
+    except BrokenPipeError:  # `vse search ... -f | head`: the reader has had enough
+        _quiet_stdout()
+        return 141
     except (OSError, ValueError, RuntimeError) as e:  # DatasetError is a ValueError
         print(f"vse: error: {_one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("vse: interrupted", file=sys.stderr)
         return 130
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's final flush of a closed
+    pipe prints no second error."""
+    import os
+
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -72,6 +73,7 @@ def _index(args: argparse.Namespace) -> int:
     from vsekit.index import Collection, model_info
     from vsekit.index.query import store_caches
 
+    t0 = time.perf_counter()
     if args.threads:
         set_threads(args.threads)
     index = Path(args.index).expanduser()
@@ -101,7 +103,15 @@ def _index(args: argparse.Namespace) -> int:
     else:
         coll = Collection(index, info, repair=args.repair)
         rep = fill(coll)
+    rep.seconds = time.perf_counter() - t0  # the wall time: model load and caches too
     report_skipped(rep.failed, args.verbose)
+    if rep.scanned == 0:
+        from vsekit.media.images import IMAGE_SUFFIXES
+        from vsekit.media.video import VIDEO_SUFFIXES
+
+        kinds = ", ".join(sorted({*IMAGE_SUFFIXES, *VIDEO_SUFFIXES}))
+        print(f"warning: {args.folder}: no photos or videos found (looked for {kinds})",
+              file=sys.stderr)  # fmt: skip
     if args.json:
         print(json.dumps({"index": str(index), "images": len(coll), **asdict(rep)}, indent=2))
     else:

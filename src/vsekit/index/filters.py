@@ -11,7 +11,6 @@ metadata). ``camera`` matches a case-insensitive part of "make model" (``pixel``
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 
@@ -99,23 +98,26 @@ class Filters:
 
     def files(self, snap) -> np.ndarray:
         """``[files]`` bool: which files of ``snap`` pass (unknown values never pass a
-        filter on them)."""
-        meta = snap.photo_meta
+        filter on them). Vectorised over the snapshot's metadata arrays."""
+        arr = snap.photo_meta.get("arrays")
         n = len(snap)
+        if arr is None:  # a snapshot without metadata: nothing is known
+            return np.zeros(n, bool) if self else np.ones(n, bool)
         keep = np.ones(n, bool)
         if self.after or self.before:
-            taken = meta.get("taken") or [None] * n
-            lo, hi = self.after or "", self.before or "\uffff"
-            keep &= np.array([t is not None and lo <= t < hi for t in taken], bool)
+            taken = arr["taken"]
+            keep &= taken != ""
+            if self.after:
+                keep &= taken >= self.after
+            if self.before:
+                keep &= taken < self.before
         if self.camera:
-            make, model = meta.get("make") or [None] * n, meta.get("model") or [None] * n
-            names = [f"{a or ''} {b or ''}".lower() for a, b in zip(make, model, strict=True)]
-            keep &= np.array([self.camera in c for c in names], bool)
+            match = np.array([self.camera in c for c in arr["cameras"]], bool)
+            keep &= match[arr["camera_of"]] if len(match) else False
         if self.near:
-            lat = np.array([math.nan if v is None else v for v in meta.get("lat") or [None] * n])
-            lon = np.array([math.nan if v is None else v for v in meta.get("lon") or [None] * n])
             with np.errstate(invalid="ignore"):
-                keep &= haversine_km(self.near[0], self.near[1], lat, lon) <= self.near[2]
+                d = haversine_km(self.near[0], self.near[1], arr["lat"], arr["lon"])
+                keep &= d <= self.near[2]
         return keep
 
     def rows(self, snap) -> np.ndarray:

@@ -142,6 +142,22 @@ def _photo_meta(db: sqlite3.Connection) -> list[tuple]:
         return []
 
 
+def meta_arrays(m: dict[str, list], n: int) -> dict[str, np.ndarray]:
+    """The metadata as arrays for vectorised filters: ``taken`` ISO text (``""`` when
+    unknown), ``camera_of`` (index into ``cameras``: distinct lower-case "make model"),
+    ``lat``/``lon`` (NaN when unknown)."""
+    names = [f"{a or ''} {b or ''}".strip().lower() for a, b in zip(m["make"], m["model"],
+                                                                    strict=True)]  # fmt: skip
+    cameras, camera_of = np.unique(np.asarray(names + [""], dtype=str), return_inverse=True)
+    return {
+        "taken": np.asarray([t or "" for t in m["taken"]], dtype="<U19"),
+        "cameras": cameras,
+        "camera_of": np.asarray(camera_of, np.int64).reshape(-1)[:n],
+        "lat": np.asarray([np.nan if v is None else v for v in m["lat"]], np.float64),
+        "lon": np.asarray([np.nan if v is None else v for v in m["lon"]], np.float64),
+    }
+
+
 def read_snapshot(db: sqlite3.Connection, index: Path, dim: int) -> Snapshot:
     """Everything a reader needs, read in one transaction (see the module docstring)."""
     import json
@@ -189,6 +205,7 @@ def read_snapshot(db: sqlite3.Connection, index: Path, dim: int) -> Snapshot:
         if pos is not None:
             for f, v in zip(META_FIELDS, row[1:], strict=True):
                 photo_meta[f][pos] = v
+    photo_meta["arrays"] = meta_arrays(photo_meta, len(ids))
     return Snapshot(
         key=(gen, n_rows, version, len(ids), int(rows.sum()) if len(rows) else 0),
         generation=gen,

@@ -4,6 +4,7 @@ need at once (it is computed once; the others wait or are told to retry, never 5
 from __future__ import annotations
 
 import stat
+from collections import Counter
 import threading
 import time
 from pathlib import Path
@@ -180,3 +181,49 @@ def test_service_first_annotations_are_503_with_retry_after_then_200(pool_model,
         time.sleep(0.2)
     assert r.status_code == 200 and len(r.json()["captions"]) == 5
     assert pool_model.encode_text.count == len(CAPTIONS)
+
+
+def test_a_symlink_swapped_in_a_loop_is_never_a_500(tmp_path):
+    """While one thread keeps replacing an indexed photo's symlink (a photo, a dangling
+    link, a loop, a folder), requests for it are 200, 404 or 409, never 500."""
+    import os
+
+    from fastapi.testclient import TestClient
+
+    from tests.conftest import make_tiny_model, write_image
+    from vsekit.index import Collection, model_info
+    from vsekit.serve.app import create_app
+
+    photos = tmp_path / "photos"
+    real = write_image(photos / "real.png", seed=1)
+    link = photos / "link.png"
+    link.symlink_to(real)
+    model = make_tiny_model()
+    coll = Collection(tmp_path / "idx", model_info(model, "tiny"))
+    coll.update(photos, model.encode_image, progress=False)
+    file_id = next(i for i, p in zip(coll.ids, coll.paths, strict=True) if p.endswith("link.png"))
+    client = TestClient(create_app(coll, model), base_url="http://127.0.0.1")
+    targets = [real, photos / "nowhere.png", link, photos]
+    stop = threading.Event()
+
+    def swap() -> None:
+        k = 0
+        while not stop.is_set():
+            tmp = photos / f".swap{k % 2}"
+            tmp.unlink(missing_ok=True)
+            tmp.symlink_to(targets[k % len(targets)])
+            os.replace(tmp, link)
+            k += 1
+
+    t = threading.Thread(target=swap)
+    t.start()
+    seen = Counter()
+    try:
+        for _ in range(300):
+            for url in (f"/images/{file_id}", f"/thumbs/{file_id}"):
+                seen[client.get(url).status_code] += 1
+    finally:
+        stop.set()
+        t.join()
+    assert set(seen) <= {200, 404, 409}, seen
+    assert seen[200] and (seen[404] or seen[409]), seen  # both kinds really happened

@@ -4,9 +4,9 @@ need at once (it is computed once; the others wait or are told to retry, never 5
 from __future__ import annotations
 
 import stat
-from collections import Counter
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np

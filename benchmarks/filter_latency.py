@@ -72,10 +72,10 @@ def synthetic_meta(index: Path, seed: int = 0) -> None:
         if rng.random() < 0.4:
             c = CITIES[rng.integers(len(CITIES))]
             lat, lon = c[0] + rng.normal(0, 0.1), c[1] + rng.normal(0, 0.1)
-        rows.append((i, taken, "exif", cam[0], cam[1], lat, lon))
+        rows.append((i, taken, "exif", cam[0], cam[1], lat, lon, None))
     with db:
         db.execute("DELETE FROM photo_meta")
-        db.executemany("INSERT INTO photo_meta VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+        db.executemany("INSERT INTO photo_meta VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
     db.close()
 
 

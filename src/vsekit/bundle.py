@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from vsekit.fne import FNEStats
-from vsekit.fsio import atomic_write
+from vsekit.fsio import atomic_write, file_sha256
 
 BUNDLE_VERSION = 1
 DEFAULT_MODEL = "default"
@@ -68,11 +68,6 @@ MANIFEST = "manifest.json"
 BUNDLE_FILES = ("bundle.json", "model.safetensors", "vocab.json", "tokenizer.json",
                 "captions.txt", "tagger.safetensors", "tags.txt", "fne_stats.safetensors",
                 "hubness.json", "hubness.npz")  # fmt: skip
-
-
-def file_sha256(path: Path) -> str:
-    with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def write_manifest(path: Path) -> None:

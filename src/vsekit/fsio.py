@@ -54,6 +54,14 @@ def open_no_wait(path: str | os.PathLike) -> tuple[int, os.stat_result]:
     return fd, os.fstat(fd)
 
 
+def file_sha256(path: str | os.PathLike) -> str:
+    """The hex sha256 of a file's content, read in blocks."""
+    import hashlib
+
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
 def cache_dir() -> Path:
     """vsekit's cache: ``$VSEKIT_CACHE``, default ``~/.cache/vsekit`` (weights, stores,
     the default index, parses)."""

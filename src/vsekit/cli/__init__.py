@@ -20,6 +20,7 @@ from vsekit import __version__
 from vsekit.cli import (  # noqa: F401  (register commands)
     annotate,
     completion,
+    duplicates,
     index,
     model,
     search,
@@ -31,6 +32,7 @@ EXAMPLES = {
     "index": "vse index ~/Pictures                   # re-run to update; --exclude '*/raw/*'",
     "search": 'vse search "two dogs in the snow" --k 5  # or --image photo.jpg; -f: paths only',
     "annotate": "vse annotate photo.jpg --k 3",
+    "duplicates": "vse duplicates --threshold 0.95     # --kind exact: identical files only",
     "serve": "vse serve --port 8000                  # http://127.0.0.1:8000/",
     "model": "vse model info default",
     "data": "vse data stats ../shared/data/flickr8k",
@@ -66,7 +68,7 @@ def _all_parsers(parser: argparse.ArgumentParser):
 
 #: commands of the core whose runs need no lab command registered (their start stays
 #: fast: the entry points are not read)
-CORE_ONLY = ("index", "search", "annotate", "serve")
+CORE_ONLY = ("index", "search", "annotate", "serve", "duplicates")
 
 
 def build_parser(plugins: bool = True) -> argparse.ArgumentParser:

@@ -130,7 +130,7 @@ def _segments(db: sqlite3.Connection) -> list[tuple]:
         return []
 
 
-META_FIELDS = ("taken", "taken_from", "make", "model", "lat", "lon")
+META_FIELDS = ("taken", "taken_from", "make", "model", "lat", "lon", "sha256")
 
 
 def _photo_meta(db: sqlite3.Connection) -> list[tuple]:

@@ -63,7 +63,8 @@ CREATE TABLE IF NOT EXISTS photo_meta (
     make TEXT,
     model TEXT,
     lat REAL,
-    lon REAL
+    lon REAL,
+    sha256 TEXT
 );
 CREATE TABLE IF NOT EXISTS failed (
     path TEXT PRIMARY KEY,
@@ -192,6 +193,10 @@ class IndexStore:
         if self._w is None:
             w = sqlite3.connect(self.db_path, timeout=30, check_same_thread=False)
             w.executescript(SCHEMA)
+            cols = {r[1] for r in w.execute("PRAGMA table_info(photo_meta)")}
+            if "sha256" not in cols:  # a table from before content hashes were kept
+                w.execute("ALTER TABLE photo_meta ADD COLUMN sha256 TEXT")
+                w.commit()
             self._w = w
         return self._w
 

@@ -149,22 +149,23 @@ def update(
 
 def put_meta(w: sqlite3.Connection, file_id: int, m: PhotoMeta) -> None:
     w.execute(
-        "INSERT OR REPLACE INTO photo_meta (file_id, taken, taken_from, make, model, lat, lon) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (file_id, m.taken, m.taken_from, m.make, m.model, m.lat, m.lon),
+        "INSERT OR REPLACE INTO photo_meta (file_id, taken, taken_from, make, model, lat, lon,"
+        " sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (file_id, m.taken, m.taken_from, m.make, m.model, m.lat, m.lon, m.sha256),
     )
 
 
 def backfill_meta(w: sqlite3.Connection, block: int = 256) -> None:
-    """Read the EXIF header of indexed files that have no metadata yet (an index made
-    before it was recorded, or a writer killed between the two), and drop the metadata
-    of files that are gone. In blocks, each committed."""
+    """Read the EXIF header and content hash of indexed files that have no metadata yet
+    (an index made before it was recorded, or a writer killed between the two), and
+    drop the metadata of files that are gone. In blocks, each committed. A file that
+    cannot be read keeps no hash and is tried again by the next update."""
     with w:
         w.execute("DELETE FROM photo_meta WHERE file_id NOT IN (SELECT id FROM files)")
     while True:
         todo = w.execute(
             "SELECT id, path, mtime_ns FROM files WHERE id NOT IN "
-            f"(SELECT file_id FROM photo_meta) LIMIT {block}"
+            f"(SELECT file_id FROM photo_meta WHERE sha256 IS NOT NULL) LIMIT {block}"
         ).fetchall()
         if not todo:
             return

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from PIL import Image
 
+from vsekit.fsio import file_sha256
+
 EXIF_IFD, GPS_IFD = 0x8769, 0x8825
 DATETIME_ORIGINAL, DATETIME_DIGITIZED, DATETIME = 36867, 36868, 306
 MAKE, MODEL = 271, 272
@@ -28,6 +30,7 @@ class PhotoMeta:
     model: str | None = None
     lat: float | None = None
     lon: float | None = None
+    sha256: str | None = None  # of the file's bytes: exact duplicates share it
 
 
 def _text(v) -> str | None:
@@ -66,15 +69,20 @@ def mtime_text(mtime_ns: int) -> str:
 
 
 def read_meta(path: str | os.PathLike, mtime_ns: int) -> PhotoMeta:
-    """The photo's EXIF date, camera and GPS position; the file's ``mtime_ns`` as its
-    date when it has none (or cannot be read as an image: a video, say)."""
+    """The photo's EXIF date, camera and GPS position, and its content's sha256; the
+    file's ``mtime_ns`` as its date when it has none (or cannot be read as an image: a
+    video, say)."""
+    try:
+        sha = file_sha256(path)
+    except OSError:
+        sha = None
     try:
         with Image.open(path) as im:
             exif = im.getexif()
             sub = exif.get_ifd(EXIF_IFD)
             gps = exif.get_ifd(GPS_IFD)
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
-        return PhotoMeta(mtime_text(mtime_ns), "mtime")
+        return PhotoMeta(mtime_text(mtime_ns), "mtime", sha256=sha)
     taken = next((t for t in (_exif_time(sub.get(DATETIME_ORIGINAL)),
                               _exif_time(sub.get(DATETIME_DIGITIZED)),
                               _exif_time(exif.get(DATETIME))) if t), None)  # fmt: skip
@@ -91,4 +99,5 @@ def read_meta(path: str | os.PathLike, mtime_ns: int) -> PhotoMeta:
         _text(exif.get(MODEL)),
         lat if lon is not None else None,
         lon if lat is not None else None,
+        sha,
     )

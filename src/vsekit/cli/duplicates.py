@@ -1,0 +1,50 @@
+"""``vse duplicates``: exact copies and near-duplicates in an index, in groups."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+
+from vsekit.cli._base import DEFAULT_INDEX, command
+
+
+@command
+def _add_duplicates(sub: argparse._SubParsersAction) -> None:
+    from vsekit.index.duplicates import NEAR_THRESHOLD
+
+    p = sub.add_parser("duplicates", help="exact copies and near-duplicate photos, in groups")
+    p.add_argument("--index", default=DEFAULT_INDEX, help=f"index directory ({DEFAULT_INDEX})")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=NEAR_THRESHOLD,
+        help="cosine over which two photos are near-duplicates",
+    )
+    p.add_argument("--kind", choices=("all", "exact", "near"), default="all")
+    p.add_argument("--json", action="store_true", help="print the groups as JSON")
+    p.set_defaults(handler=_duplicates)
+
+
+def _duplicates(args: argparse.Namespace) -> int:
+    from vsekit.index import Collection
+    from vsekit.index.duplicates import find_duplicates
+
+    coll = Collection(args.index)
+    if coll.similarity != "cosine" and args.kind != "exact":
+        raise ValueError(f"{coll.path}: near-duplicates need a cosine model's embeddings")
+    groups = find_duplicates(coll.snapshot, args.threshold, args.kind)
+    if args.json:
+        out = [{k: v for k, v in asdict(g).items() if k != "pairs"} for g in groups]
+        print(json.dumps(out, indent=2))
+        return 0
+    for g in groups:
+        how = "same content" if g.kind == "exact" else f"similarity >= {g.similarity:.3f}"
+        print(f"{g.kind} ({len(g.paths)} files, {how}):")
+        for p in g.paths:
+            print(f"  {p}")
+    extra = sum(len(g.paths) - 1 for g in groups)
+    n_exact = sum(g.kind == "exact" for g in groups)
+    print(f"{len(groups)} groups ({n_exact} exact, {len(groups) - n_exact} near) among "
+          f"{len(coll)} files; {extra} files beyond the first of each group")  # fmt: skip
+    return 0

@@ -35,7 +35,7 @@ from vsekit.index.collection import Collection
 from vsekit.runtime import BaseModel
 from vsekit.serve.errors import ApiError, install_error_handlers
 from vsekit.serve.guard import GuardConfig, add_guards
-from vsekit.serve.routers import annotate, media, search
+from vsekit.serve.routers import annotate, duplicates, media, search
 from vsekit.serve.state import Service
 
 __all__ = ["ApiError", "create_app"]
@@ -57,7 +57,7 @@ def create_app(
     app.state.service = Service(coll, model, guard, method)
     add_guards(app, guard)
     install_error_handlers(app)
-    for r in (search.router, annotate.router, media.router):
+    for r in (search.router, annotate.router, media.router, duplicates.router):
         app.include_router(r)
 
     @app.get("/openapi.json", include_in_schema=False)

@@ -147,7 +147,7 @@ def test_faiss_filtered_search_falls_back_when_the_inverted_file_misses(tmp_path
     allowed = np.zeros(4000, bool)
     allowed[rng.choice(4000, 30, replace=False)] = True
     q = emb[:3]
-    s, r = fs.search(q, 10, np.flatnonzero(allowed))
+    s, r = fs.search(q, 10, allowed)
     assert ((r >= 0).sum(1) < 10).any()  # the miss is real
     from vsekit.index.search import search_snapshot
 

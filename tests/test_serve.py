@@ -235,3 +235,56 @@ def test_token_cookie_parses_leniently_and_is_checked_before_the_body(served):
     scope = {"type": "http", "headers": [(b"host", b"127.0.0.1")], "query_string": b""}
     asyncio.run(GuardMiddleware(inner, cfg)(scope, receive, send))
     assert pulled == [] and sent[0]["status"] == 401
+
+
+@pytest.mark.slow
+def test_browser_page_features(tmp_path):
+    """Load more, filters, query algebra, an error clearing stale results, the viewer's
+    close button, Escape and selectable text, the duplicates view, and /docs offline."""
+    model = make_tiny_model(CAPTIONS)
+    photos = tmp_path / "photos"
+    for i in range(25):
+        write_image(photos / f"p{i:02d}.jpg", seed=i, size=48)
+    shutil.copy(photos / "p00.jpg", photos / "copy.jpg")
+    coll = Collection(tmp_path / "idx", model_info(model, "tiny"))
+    coll.update(photos, model.encode_image, progress=False)
+    count = "document.querySelectorAll('.card').length"
+    with browser_page(create_app(coll, model)) as page:
+        page.fill("#q", '"a dog" + "grass" - "snow"')  # algebra
+        page.press("#q", "Enter")
+        page.wait_for_function(f"{count} === 20")
+        assert page.locator("#more").is_visible()
+        page.click("#more")
+        page.wait_for_function(f"{count} === 26")  # 25 photos and the copy
+        assert not page.locator("#more").is_visible()
+        # the viewer: text inside can be selected (a click there keeps it open)
+        page.locator(".card").first.click()
+        page.wait_for_selector("#captions li")
+        page.locator("#captions li").first.click()
+        page.locator("#fname").dblclick()
+        assert page.evaluate("getSelection().toString().length") > 0
+        assert page.locator("#viewer").is_visible()
+        page.click("#close")
+        assert not page.locator("#viewer").is_visible()
+        page.locator(".card").nth(1).click()
+        page.wait_for_selector("#viewer.open")
+        page.keyboard.press("Escape")
+        assert not page.locator("#viewer").is_visible()
+        # a filter nothing passes, then an error: no stale results stay on screen
+        page.fill("#before", "2001")
+        page.press("#q", "Enter")
+        page.wait_for_function(f"{count} === 0")
+        assert "0 results" in page.inner_text("#status")
+        page.fill("#before", "")
+        page.fill("#after", "June")
+        page.press("#q", "Enter")
+        page.wait_for_function("document.getElementById('status').textContent.startsWith('Error')")
+        assert "after" in page.inner_text("#status") and page.locator(".card").count() == 0
+        # duplicates: the copy and its original, as one exact group
+        page.click("#dups")
+        page.wait_for_selector(".group")
+        assert "Exact copies (2)" in page.inner_text(".group h3")
+        # /docs renders Swagger UI from the package, with no network
+        page.goto(page.url.rstrip("/") + "/docs")
+        page.wait_for_selector(".swagger-ui .info", timeout=20_000)
+        assert "vsekit API" in page.title()

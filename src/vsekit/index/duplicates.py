@@ -10,7 +10,10 @@ A near group is a connected component of the pairs over the threshold (single li
 each exact group takes part in it through its first file. The default threshold
 (:data:`NEAR_THRESHOLD`) was chosen on pairs made from Flickr8k photos
 (``benchmarks/duplicates.py``: re-encoded, resized and cropped copies against distinct
-photos). The pairs are found by blocks of matrix products: ``O(N^2 D)``, about 2 s for
+photos): the lowest threshold with no false pair among 46,050 negative pairs. It finds
+every JPEG re-encode, 98% of 90% crops, and about two thirds of half-size copies and of
+75% crops; ``--threshold 0.8`` finds more than 90% of those, with about one false pair in
+10,000. The pairs are found by blocks of matrix products: ``O(N^2 D)``, about 2 s for
 7,000 photos of 2,048 dimensions on two cores.
 """
 
@@ -21,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 #: cosine over which two photos are near-duplicates (see ``benchmarks/duplicates.json``)
-NEAR_THRESHOLD = 0.9
+NEAR_THRESHOLD = 0.88
 
 
 @dataclass

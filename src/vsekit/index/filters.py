@@ -115,9 +115,12 @@ class Filters:
             match = np.array([self.camera in c for c in arr["cameras"]], bool)
             keep &= match[arr["camera_of"]] if len(match) else False
         if self.near:
-            with np.errstate(invalid="ignore"):
-                d = haversine_km(self.near[0], self.near[1], arr["lat"], arr["lon"])
-                keep &= d <= self.near[2]
+            lat0, lon0, km = self.near
+            with np.errstate(invalid="ignore"):  # NaN (no GPS) compares False
+                box = np.flatnonzero(np.abs(arr["lat"] - lat0) <= km / 110.0)  # a cheap cut
+            near = np.zeros(n, bool)
+            near[box[haversine_km(lat0, lon0, arr["lat"][box], arr["lon"][box]) <= km]] = True
+            keep &= near
         return keep
 
     def rows(self, snap) -> np.ndarray:

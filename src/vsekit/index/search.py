@@ -85,23 +85,27 @@ class FaissSearcher:
         return self
 
     def search(
-        self, q: np.ndarray, k: int, rows: np.ndarray | None = None
+        self, q: np.ndarray, k: int, allowed: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(scores, rows)`` of the ``k`` best rows (``-1`` pads when fewer exist);
-        ``rows``: search only these (a filter), through a FAISS ID selector."""
+        ``allowed``: ``[rows]`` bool, search only those (a filter), through a FAISS
+        bitmap ID selector (one bit a row)."""
         import faiss
 
         k = min(k, self.n)
         if k == 0:
             return np.zeros((len(q), 0), np.float32), np.zeros((len(q), 0), np.int64)
-        params = None
-        if rows is not None:
-            sel = faiss.IDSelectorBatch(np.ascontiguousarray(rows, dtype=np.int64))
+        params, bits_alive = None, None
+        if allowed is not None:
+            bits = np.packbits(np.asarray(allowed, bool), bitorder="little")
+            sel = faiss.IDSelectorBitmap(len(allowed), faiss.swig_ptr(bits))
+            bits_alive = bits
             if hasattr(self.index, "nprobe"):
                 params = faiss.SearchParametersIVF(sel=sel, nprobe=self.index.nprobe)
             else:
                 params = faiss.SearchParameters(sel=sel)
         s, r = self.index.search(np.ascontiguousarray(q, dtype=np.float32), k, params=params)
+        del bits_alive  # the selector reads the bitmap until the search returns
         return s, r
 
 
@@ -157,7 +161,7 @@ def search_snapshot(
         if faiss is None:
             raise ValueError("FAISS search needs a FAISS index")
         searcher = faiss()
-        sel = None if allowed is None else np.flatnonzero(live)
+        sel = None if allowed is None else live
 
         def top_rows(k_rows: int):
             if bias is None:

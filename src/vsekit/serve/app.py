@@ -64,8 +64,23 @@ def create_app(
     def openapi() -> JSONResponse:
         return JSONResponse(app.openapi())
 
+    # Swagger UI's files from a package (fastapi-offline's copy of swagger-ui 5, which
+    # reads OpenAPI 3.1), not a CDN: /docs works offline
+    from importlib import resources
+
+    from fastapi.staticfiles import StaticFiles
+
+    assets = str(resources.files("fastapi_offline") / "static")
+    app.mount("/docs-assets", StaticFiles(directory=assets), name="docs-assets")
+
     @app.get("/docs", include_in_schema=False)
     def docs() -> HTMLResponse:
-        return get_swagger_ui_html(openapi_url="/openapi.json", title="vsekit API")
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title="vsekit API",
+            swagger_js_url="/docs-assets/swagger-ui-bundle.js",
+            swagger_css_url="/docs-assets/swagger-ui.css",
+            swagger_favicon_url="/docs-assets/favicon.png",
+        )
 
     return app

@@ -29,20 +29,22 @@ def _add_duplicates(sub: argparse._SubParsersAction) -> None:
 def _duplicates(args: argparse.Namespace) -> int:
     from vsekit.index import Collection
     from vsekit.index.duplicates import find_duplicates
+    from vsekit.index.scan import printable
 
     coll = Collection(args.index)
     if coll.similarity != "cosine" and args.kind != "exact":
         raise ValueError(f"{coll.path}: near-duplicates need a cosine model's embeddings")
     groups = find_duplicates(coll.snapshot, args.threshold, args.kind)
     if args.json:
-        out = [{k: v for k, v in asdict(g).items() if k != "pairs"} for g in groups]
+        out = [{**{k: v for k, v in asdict(g).items() if k != "pairs"},
+                "paths": [printable(p) for p in g.paths]} for g in groups]  # fmt: skip
         print(json.dumps(out, indent=2))
         return 0
     for g in groups:
         how = "same content" if g.kind == "exact" else f"similarity >= {g.similarity:.3f}"
         print(f"{g.kind} ({len(g.paths)} files, {how}):")
         for p in g.paths:
-            print(f"  {p}")
+            print(f"  {printable(p)}")
     extra = sum(len(g.paths) - 1 for g in groups)
     n_exact = sum(g.kind == "exact" for g in groups)
     print(f"{len(groups)} groups ({n_exact} exact, {len(groups) - n_exact} near) among "

@@ -45,6 +45,7 @@ def _search(args: argparse.Namespace) -> int:
         search_image,
         search_text_embedding,
     )
+    from vsekit.index.scan import printable
     from vsekit.media.images import open_regular
 
     if (args.query is None) == (args.image is None):
@@ -62,13 +63,17 @@ def _search(args: argparse.Namespace) -> int:
         hits = search_text_embedding(coll, model, emb, args.k, args.method, filters)
     else:
         hits = search_image(coll, model, args.image, args.k, args.method, filters)
+    # a name that is not UTF-8 is shown with its undecodable bytes as \xNN
     if args.json:
-        print(json.dumps([h.__dict__ for h in hits], indent=2))
-    elif args.paths_only:
+        print(json.dumps([{**h.__dict__, "path": printable(h.path)} for h in hits], indent=2))
+    elif args.paths_only:  # for pipes: the file-system bytes, so xargs finds the file
+        import os
+
         for h in hits:
-            print(h.path)
+            sys.stdout.buffer.write(os.fsencode(h.path) + b"\n")
+        sys.stdout.flush()
     else:
         for h in hits:
             at = f"  [{clock(h.start)}-{clock(h.end)}]" if h.start is not None else ""
-            print(f"{h.score:7.4f}  {h.path}{at}")
+            print(f"{h.score:7.4f}  {printable(h.path)}{at}")
     return 0

@@ -12,7 +12,7 @@ import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from vsekit.media.images import IMAGE_SUFFIXES
+from vsekit.media.images import IMAGE_SUFFIXES, UNREADABLE
 from vsekit.media.video import INSTALL_HINT, VIDEO_SUFFIXES, is_video, video_support
 
 
@@ -38,8 +38,10 @@ def scan_media(
     exclude: Sequence[str] = (),
 ) -> Iterator[tuple[str, int, int]]:
     """``(absolute path, size, mtime_ns)`` of every regular image or video file under ``root``,
-    sorted. What cannot be indexed is appended to ``skipped`` as ``(path, reason)``: file
-    names that are not UTF-8, FIFOs, devices and sockets named like images (never opened,
+    sorted. A file name that is not UTF-8 is kept as Python reads it (undecodable bytes
+    as surrogates; the index stores its bytes, :func:`vsekit.index.store.path_param`).
+    What cannot be indexed is appended to ``skipped`` as ``(path, reason)``: FIFOs,
+    devices and sockets named like images (never opened,
     so nothing hangs), broken symbolic links and loops, symbolic links to files outside
     ``root`` (they could not be served), unreadable folders. Symbolic links to folders
     are not followed."""
@@ -50,10 +52,15 @@ def scan_media(
     def unreadable(e: OSError) -> None:
         skipped.append((printable(str(e.filename)), f"unreadable folder ({e.strerror})"))
 
+    needs: dict[str, int] = {}  # extra -> files this installation cannot read
+
     for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable):
         dirnames.sort()
         for name in sorted(filenames):
             if not name.lower().endswith(IMAGE_SUFFIXES + VIDEO_SUFFIXES) or name.startswith("."):
+                extra = UNREADABLE.get(os.path.splitext(name)[1].lower())
+                if extra and not name.startswith("."):
+                    needs[extra] = needs.get(extra, 0) + 1
                 continue
             p = os.path.abspath(os.path.join(dirpath, name))
             if exclude and excluded(os.path.relpath(p, root), exclude):
@@ -62,26 +69,25 @@ def scan_media(
                 skipped.append((printable(p), INSTALL_HINT))
                 continue
             try:
-                p.encode("utf-8")
-            except UnicodeEncodeError:
-                skipped.append((printable(p), "file name is not valid UTF-8"))
-                continue
-            try:
                 st = os.stat(p)
             except FileNotFoundError:
                 if os.path.islink(p):
-                    skipped.append((p, "broken symbolic link"))
+                    skipped.append((printable(p), "broken symbolic link"))
                 continue  # else it vanished during the scan
             except OSError as e:
-                skipped.append((p, f"cannot be read ({e.strerror})"))
+                skipped.append((printable(p), f"cannot be read ({e.strerror})"))
                 continue
             if not stat.S_ISREG(st.st_mode):
-                skipped.append((p, "not a regular file (a FIFO, device or socket)"))
+                skipped.append((printable(p), "not a regular file (a FIFO, device or socket)"))
                 continue
             if os.path.islink(p) and not inside(os.path.realpath(p), real_root):
-                skipped.append((p, "symbolic link to a file outside the folder"))
+                skipped.append((printable(p), "symbolic link to a file outside the folder"))
                 continue
             yield p, st.st_size, st.st_mtime_ns
+    for extra, n in sorted(needs.items()):  # once per run: what would read them
+        kind = "HEIC/HEIF photos" if extra == "heic" else "camera RAW files"
+        skipped.append((f"{n} {kind} under {printable(str(root))}",
+                        f"install vsekit[{extra}] to read them"))  # fmt: skip
 
 
 def match_moves(

@@ -152,8 +152,10 @@ class IndexStore:
         """A read-only connection: it creates no file (immutable where the folder or
         the database cannot be written, so nothing can change under it)."""
         mode = "ro&immutable=1" if self.read_only else "ro"
-        return sqlite3.connect(f"file:{self.db_path}?mode={mode}", uri=True,
-                               timeout=30, check_same_thread=False)  # fmt: skip
+        db = sqlite3.connect(f"file:{self.db_path}?mode={mode}", uri=True,
+                             timeout=30, check_same_thread=False)  # fmt: skip
+        db.text_factory = decode_text
+        return db
 
     def _needs_recovery(self) -> bool:
         """The database is in WAL mode (an index made before the rollback journal: its
@@ -192,6 +194,7 @@ class IndexStore:
     def _writer_db(self) -> sqlite3.Connection:
         if self._w is None:
             w = sqlite3.connect(self.db_path, timeout=30, check_same_thread=False)
+            w.text_factory = decode_text
             w.executescript(SCHEMA)
             cols = {r[1] for r in w.execute("PRAGMA table_info(photo_meta)")}
             if "sha256" not in cols:  # a table from before content hashes were kept
@@ -416,6 +419,23 @@ class IndexStore:
             set_meta(w, generation=gen + 1, rows=len(live))
         emb_path(self.path, gen).unlink(missing_ok=True)
         return True
+
+
+#: how SQL binds a file path: its bytes as TEXT (see :func:`path_param`)
+PATH = "CAST(? AS TEXT)"
+
+
+def path_param(path: str) -> bytes:
+    """A path as a query parameter, for :data:`PATH`: its file-system bytes, so that a
+    name that is not UTF-8 (undecodable bytes, which Python holds as surrogates) is
+    stored losslessly. A UTF-8 name gives the very TEXT a ``str`` would."""
+    return os.fsencode(path)
+
+
+def decode_text(raw: bytes) -> str:
+    """The connections' text factory: UTF-8, with a stored non-UTF-8 path's bytes back
+    as surrogates (:func:`os.fsdecode` would give the same)."""
+    return raw.decode("utf-8", "surrogateescape")
 
 
 def _inode(path: Path) -> tuple[int, int] | None:

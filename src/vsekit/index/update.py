@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from vsekit.index.scan import match_moves, scan_media
-from vsekit.index.store import CollectionError, IndexStore, set_meta
+from vsekit.index.scan import match_moves, printable, scan_media
+from vsekit.index.store import PATH, CollectionError, IndexStore, path_param, set_meta
 from vsekit.media.exif import PhotoMeta, read_meta
 from vsekit.media.images import ImageError, load_image
 from vsekit.media.video import Sampling, embed_video, is_video
@@ -95,14 +95,16 @@ def update(
         gone = [p for p in gone if p not in moved_from]
     with w:
         w.executemany(
-            "UPDATE files SET path = ? WHERE path = ?", [(n, o) for n, o in moves.items()]
+            f"UPDATE files SET path = {PATH} WHERE path = {PATH}",
+            [(path_param(n), path_param(o)) for n, o in moves.items()],
         )
         w.executemany(
-            "DELETE FROM segments WHERE file_id IN (SELECT id FROM files WHERE path = ?)",
-            [(p,) for p in gone],
+            f"DELETE FROM segments WHERE file_id IN (SELECT id FROM files WHERE path = {PATH})",
+            [(path_param(p),) for p in gone],
         )
-        w.executemany("DELETE FROM files WHERE path = ?", [(p,) for p in gone])
-        w.executemany("DELETE FROM failed WHERE path = ?", [(p,) for p in gone_failed])
+        w.executemany(f"DELETE FROM files WHERE path = {PATH}", [(path_param(p),) for p in gone])
+        w.executemany(f"DELETE FROM failed WHERE path = {PATH}",
+                      [(path_param(p),) for p in gone_failed])  # fmt: skip
     rep.removed, rep.moved = len(gone), len(moves)
 
     bar = None
@@ -126,7 +128,7 @@ def update(
                     images.append(load_image(p, reduce_to))
                     ok.append((p, size, mtime))
             except ImageError as e:
-                errors.append((p, size, mtime, str(e)))
+                errors.append((p, size, mtime, printable(str(e))))
         vecs = embed(images) if images else np.zeros((0, store.dim), np.float32)
         rep.embedded += len(images)
         vecs = np.asarray(vecs, np.float32).reshape(-1, store.dim)
@@ -200,16 +202,16 @@ def commit_batch(
         for j, (p, size, mtime) in enumerate(ok):
             if p in known:
                 w.execute(
-                    "UPDATE files SET size = ?, mtime_ns = ?, row = ? WHERE path = ?",
-                    (size, mtime, n_rows + j, p),
+                    f"UPDATE files SET size = ?, mtime_ns = ?, row = ? WHERE path = {PATH}",
+                    (size, mtime, n_rows + j, path_param(p)),
                 )
                 file_id = known[p][0]
                 w.execute("DELETE FROM segments WHERE file_id = ?", (file_id,))
                 rep.updated += 1
             else:
                 cur = w.execute(
-                    "INSERT INTO files (path, size, mtime_ns, row) VALUES (?, ?, ?, ?)",
-                    (p, size, mtime, n_rows + j),
+                    f"INSERT INTO files (path, size, mtime_ns, row) VALUES ({PATH}, ?, ?, ?)",
+                    (path_param(p), size, mtime, n_rows + j),
                 )
                 file_id = cur.lastrowid
                 rep.added += 1
@@ -222,12 +224,13 @@ def commit_batch(
                      for r, s, e in zip(seg_rows, v.starts, v.ends, strict=True)],
                 )  # fmt: skip
                 next_row += len(v.segments)
-            w.execute("DELETE FROM failed WHERE path = ?", (p,))
+            w.execute(f"DELETE FROM failed WHERE path = {PATH}", (path_param(p),))
             put_meta(w, file_id, metas[j])
         for p, size, mtime, err in errors:
             w.execute(
-                "INSERT OR REPLACE INTO failed (path, size, mtime_ns, error) VALUES (?, ?, ?, ?)",
-                (p, size, mtime, err),
+                f"INSERT OR REPLACE INTO failed (path, size, mtime_ns, error) "
+                f"VALUES ({PATH}, ?, ?, ?)",
+                (path_param(p), size, mtime, err),
             )
             rep.failed.append((p, err))
         set_meta(w, rows=next_row)

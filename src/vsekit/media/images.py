@@ -23,13 +23,30 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from vsekit.fsio import open_no_wait
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
+HEIC_SUFFIXES = (".heic", ".heif")
+#: camera RAW files: read through their embedded JPEG preview (or demosaiced at half
+#: size when they have none), with the [raw] extra (rawpy, LibRaw)
+RAW_SUFFIXES = (".dng", ".cr2", ".cr3", ".nef", ".arw", ".raf", ".orf", ".rw2", ".pef",
+                ".srw")  # fmt: skip
 try:  # HEIC/HEIF photos (iPhones), with the [heic] extra
     from pillow_heif import register_heif_opener
 
     register_heif_opener()
-    IMAGE_SUFFIXES += (".heic", ".heif")
+    IMAGE_SUFFIXES += HEIC_SUFFIXES
 except ImportError:
     pass
+try:
+    import rawpy  # noqa: F401
+
+    IMAGE_SUFFIXES += RAW_SUFFIXES
+except ImportError:
+    pass
+
+#: suffixes this installation cannot read, and the extra that would read them
+UNREADABLE = {
+    **({} if ".heic" in IMAGE_SUFFIXES else dict.fromkeys(HEIC_SUFFIXES, "heic")),
+    **({} if ".dng" in IMAGE_SUFFIXES else dict.fromkeys(RAW_SUFFIXES, "raw")),
+}
 MAX_PIXELS = int(os.environ.get("VSEKIT_MAX_PIXELS", 50_000_000))  # decoded, per image
 DECODE_SLOTS = 2
 _slots = threading.BoundedSemaphore(DECODE_SLOTS)
@@ -82,8 +99,39 @@ def load_image(src: str | os.PathLike | BinaryIO, reduce_to: int | None = None) 
     name = _name(src)
     if isinstance(src, (str, os.PathLike)):
         with open_regular(src) as fh:
+            if os.fspath(src).lower().endswith(RAW_SUFFIXES):
+                return _decode(raw_preview(fh, name), name, reduce_to)
             return _decode(fh, name, reduce_to)
     return _decode(src, name, reduce_to)
+
+
+def raw_preview(fh: BinaryIO, name: str) -> BinaryIO:
+    """A camera RAW file as an image file: its embedded JPEG preview, or (without one)
+    the sensor data demosaiced at half size into a PNG. ImageError if rawpy cannot read
+    it; the result is decoded under the same pixel budget as any image."""
+    import io
+
+    try:
+        import rawpy
+    except ImportError as e:
+        raise ImageError(f"{name}: a camera RAW file; install vsekit[raw] to read it") from e
+    try:
+        with rawpy.imread(fh) as raw:
+            try:
+                thumb = raw.extract_thumb()
+            except (rawpy.LibRawNoThumbnailError, rawpy.LibRawUnsupportedThumbnailError):
+                thumb = None
+            if thumb is not None and thumb.format == rawpy.ThumbFormat.JPEG:
+                return io.BytesIO(bytes(thumb.data))
+            rgb = raw.postprocess(half_size=True, use_camera_wb=True)
+    except (rawpy.LibRawError, OSError, ValueError) as e:
+        raise ImageError(f"{name}: unreadable RAW file ({e})") from e
+    if rgb.shape[0] * rgb.shape[1] > MAX_PIXELS:
+        raise ImageTooLarge(f"{name}: {rgb.shape[1]}x{rgb.shape[0]} pixels, over the budget")
+    buf = io.BytesIO()
+    Image.fromarray(rgb).save(buf, "PNG", compress_level=0)
+    buf.seek(0)
+    return buf
 
 
 def _decode(src: BinaryIO, name: str, reduce_to: int | None) -> Image.Image:

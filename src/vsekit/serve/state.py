@@ -13,6 +13,7 @@ from fastapi import Request, UploadFile
 from PIL import Image
 
 from vsekit.index.collection import Collection, FileChanged, FileNotIndexed, Hit
+from vsekit.index.scan import printable
 from vsekit.media.images import ImageError, ImageTooLarge, load_image
 from vsekit.runtime import BaseModel
 from vsekit.serve.errors import ApiError
@@ -33,8 +34,8 @@ def display_path(path: str, roots: list[str]) -> str:
 def hit_json(h: Hit, roots: list[str] | None) -> dict:
     out = {
         "id": h.id,
-        "path": h.path if roots is None else display_path(h.path, roots),
-        "name": Path(h.path).name,
+        "path": printable(h.path if roots is None else display_path(h.path, roots)),
+        "name": printable(Path(h.path).name),
         "score": round(h.score, 6),
         "image": f"/images/{h.id}",
         "thumb": f"/thumbs/{h.id}",

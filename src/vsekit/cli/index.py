@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -68,6 +69,15 @@ def _add_index(sub: argparse._SubParsersAction) -> None:
         help="skip files whose path below the folder matches (repeatable), e.g. '*/raw/*'",
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--watch",
+        action="store_true",
+        help="then keep watching the folder: new, changed, moved and deleted files are "
+        "picked up within seconds (Ctrl-C stops)",
+    )
+    p.add_argument(
+        "--interval", type=float, default=2.0, help="seconds between two looks at the folder"
+    )
     p.set_defaults(handler=_index)
 
 
@@ -87,6 +97,7 @@ def _index(args: argparse.Namespace) -> int:
     info = model_info(model, args.model)
 
     def fill(coll: Collection):
+        t1 = time.perf_counter()
         rep = coll.update(
             args.folder,
             model.encode_image,
@@ -96,6 +107,7 @@ def _index(args: argparse.Namespace) -> int:
             exclude=args.exclude,
         )
         store_caches(coll, model)  # each photo's CSLS penalty (and FAISS), for `vse search`
+        rep.seconds = time.perf_counter() - t1
         return rep
 
     if args.rebuild:  # the old index stays searchable, and is kept if this fails
@@ -118,4 +130,31 @@ def _index(args: argparse.Namespace) -> int:
         print(json.dumps({"index": str(index), "images": len(coll), **asdict(rep)}, indent=2))
     else:
         print(f"{index}: {rep.summary()}; {len(coll)} images indexed")
+    if args.watch:
+        return _watch(args, coll, fill)
+    return 0
+
+
+def _watch(args: argparse.Namespace, coll, fill) -> int:
+    """Keep the index in line with the folder until Ctrl-C or SIGTERM."""
+    import signal
+    import threading
+
+    from vsekit.index.watch import watch
+
+    if args.interval <= 0:
+        raise ValueError(f"--interval: must be positive, got {args.interval}")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print(f"watching {args.folder} (every {args.interval:g} s; Ctrl-C stops)", file=sys.stderr)
+    sys.stdout.flush()
+
+    def report(rep) -> None:
+        report_skipped(rep.failed, args.verbose)
+        print(f"{time.strftime('%H:%M:%S')} {rep.summary()}; {len(coll)} images indexed",
+              flush=True)  # fmt: skip
+
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: a normal end
+        watch(args.folder, lambda: fill(coll), args.interval, stop, args.exclude, report)
+    print("stopped watching", file=sys.stderr)
     return 0

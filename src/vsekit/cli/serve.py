@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from vsekit.cli._base import DEFAULT_INDEX, command, port_number
 from vsekit.serve import TOKEN_ENV
@@ -31,6 +32,13 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         help="a Host name clients may use besides the bound host (repeatable; '*': any)",
     )
     p.add_argument("--show-paths", action="store_true", help="send absolute file paths to clients")
+    p.add_argument(
+        "--watch",
+        metavar="FOLDER",
+        action="append",
+        default=[],
+        help="keep the index in line with this folder while serving (repeatable)",
+    )
     p.set_defaults(handler=_serve)
 
 
@@ -85,14 +93,48 @@ def _serve(args: argparse.Namespace) -> int:
     hosts = [*LOOPBACK, *([] if wildcard else [args.host]), *args.allow_host]
     guard = GuardConfig(token=args.token, allowed_hosts=hosts, show_paths=args.show_paths)
     _limit_malloc_arenas()
+    for folder in args.watch:
+        if not Path(folder).expanduser().is_dir():
+            raise ValueError(f"--watch: {folder}: not a folder")
     sock = bind(args.host, args.port)  # a busy port fails here, before any announcement
     coll, model = open_collection(args.index, args.model)
     app = create_app(coll, model, guard=guard)
+    for folder in args.watch:
+        start_watcher(coll, model, folder)
     server = uvicorn.Server(server_config(app, args.host, args.port))
     print(f"serving {len(coll)} images from {coll.path} on http://{args.host}:{args.port}/")
     sys.stdout.flush()
     server.run(sockets=[sock])
     return 0
+
+
+def start_watcher(coll, model, folder: str):
+    """A daemon thread that indexes ``folder`` now and then keeps the index in line with
+    it (:mod:`vsekit.index.watch`); the server's searches see each update when it
+    commits. Returns the thread's stop event."""
+    import threading
+
+    from vsekit.index.query import store_caches
+    from vsekit.index.watch import watch
+
+    stop = threading.Event()
+
+    def update():
+        rep = coll.update(folder, model.encode_image, progress=False,
+                          reduce_to=model.decode_size)  # fmt: skip
+        store_caches(coll, model)
+        print(f"{folder}: {rep.summary()}", file=sys.stderr, flush=True)
+        return rep
+
+    def run() -> None:
+        try:
+            update()
+            watch(folder, update, stop=stop)
+        except Exception as e:  # noqa: BLE001  (the server goes on; say why watching ended)
+            print(f"warning: stopped watching {folder}: {e}", file=sys.stderr, flush=True)
+
+    threading.Thread(target=run, name=f"watch {folder}", daemon=True).start()
+    return stop
 
 
 #: the request line and headers uvicorn (h11) buffers: above it, uvicorn answers a plain

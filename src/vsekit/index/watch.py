@@ -1,0 +1,58 @@
+"""Keep an index in line with a folder as it changes: ``vse index FOLDER --watch`` and
+``vse serve --watch FOLDER``.
+
+Polling, not file-system events: every ``interval`` seconds the folder is scanned
+(names, sizes and modification times: no file is opened), and when that listing has
+changed *and then stayed the same for one more interval* (so that a copy in progress is
+not indexed half-written) the ordinary incremental update runs: new and changed files
+are embedded, moved ones keep their rows, deleted ones leave. Each update holds the
+writer lock only while it runs and is kill-safe like any other, so a watcher can be
+stopped at any moment, and several can run (they take turns). Polling works the same on
+every file system (network shares and containers included, where inotify does not), at
+the price of a scan per interval: about 50 ms for 7,000 photos.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from vsekit.index.scan import scan_media
+
+Listing = dict[str, tuple[int, int]]
+
+
+def listing(folder: str | Path, exclude: Sequence[str] = ()) -> Listing:
+    """``{path: (size, mtime_ns)}`` of the media files under ``folder``."""
+    return {p: (size, mtime) for p, size, mtime in scan_media(folder, [], exclude)}
+
+
+def watch(
+    folder: str | Path,
+    update: Callable[[], object],
+    interval: float = 2.0,
+    stop: threading.Event | None = None,
+    exclude: Sequence[str] = (),
+    on_update: Callable[[object], None] | None = None,
+) -> None:
+    """Call ``update()`` whenever the media files under ``folder`` change (and have then
+    been still for ``interval`` seconds), until ``stop`` is set; ``on_update`` gets what
+    ``update`` returned. The caller runs the first update itself."""
+    stop = stop or threading.Event()
+    last = listing(folder, exclude)
+    while not stop.wait(interval):
+        now = listing(folder, exclude)
+        if now == last:
+            continue
+        while not stop.wait(interval):  # settle: a copy in progress keeps changing
+            later = listing(folder, exclude)
+            if later == now:
+                break
+            now = later
+        if stop.is_set():
+            return
+        result = update()
+        last = now
+        if on_update is not None:
+            on_update(result)

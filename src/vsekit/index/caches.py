@@ -21,6 +21,7 @@ from vsekit.fsio import atomic_write
 from vsekit.index.search import FaissSearcher
 from vsekit.index.snapshot import Snapshot
 from vsekit.index.store import set_meta
+from vsekit.progress import progress_bar
 
 PenaltyFn = Callable[[np.ndarray], np.ndarray]
 BLOCK = 4096
@@ -111,7 +112,9 @@ def write_faiss(index: Path, w: sqlite3.Connection, snap: Snapshot) -> None:
     if cached_faiss(index, snap) is not None:
         return
     name = _faiss_name(snap)
-    FaissSearcher(snap.emb, snap.live).save(index / name)
+    with progress_bar(len(snap), "FAISS index (once per change)", "row") as bar:
+        FaissSearcher(snap.emb, snap.live).save(index / name)  # a few seconds a million rows
+        bar.update(len(snap))
     rec = {"file": name, "generation": snap.generation, "sha256": _sha256(index / name)}
     with w:
         set_meta(w, **{"cache:faiss": json.dumps(rec)})

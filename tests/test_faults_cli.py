@@ -198,3 +198,42 @@ def test_an_empty_folder_is_a_warning(tmp_path, capsys):
     assert main(argv) == 0
     err = capsys.readouterr().err
     assert "warning:" in err and "no photos or videos found" in err and ".jpg" in err
+
+
+def test_serve_exits_on_sigterm_within_5_s_with_a_request_in_flight(tmp_path):
+    """An upload that never ends is in flight: SIGTERM still ends the server within 5 s
+    (uvicorn's graceful shutdown is capped at 3 s)."""
+    import signal
+    import socket
+    import time
+
+    from tests.test_serve import free_port
+
+    bundle = make_tiny_model().save(tmp_path / "m")
+    photos = tmp_path / "p"
+    write_image(photos / "a.png")
+    idx = tmp_path / "idx"
+    assert main(["index", str(photos), "--index", str(idx), "--model", str(bundle),
+                 "--quiet"]) == 0  # fmt: skip
+    script = tmp_path / "vse.py"
+    script.write_text(f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+                      "import tests.conftest  # the tiny backbone\n"
+                      "from vsekit.cli import main\nsys.exit(main())\n")  # fmt: skip
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(script), "serve", "--index", str(idx),
+                             "--port", str(port)], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert "serving 1 images" in proc.stdout.readline()
+        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        sock.sendall(b"POST /annotate HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     b"Content-Type: multipart/form-data; boundary=x\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n5\r\n--x\r\n\r\n")  # fmt: skip
+        time.sleep(0.5)  # the request is in the server, its body unfinished
+        t0 = time.perf_counter()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)
+        assert time.perf_counter() - t0 < 5.0
+        sock.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()

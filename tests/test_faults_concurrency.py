@@ -227,3 +227,25 @@ def test_a_symlink_swapped_in_a_loop_is_never_a_500(tmp_path):
         t.join()
     assert set(seen) <= {200, 404, 409}, seen
     assert seen[200] and (seen[404] or seen[409]), seen  # both kinds really happened
+
+
+def test_the_pool_cache_never_takes_or_removes_its_penalty_file(tmp_path, monkeypatch):
+    """The embeddings' cache name is a prefix of the penalties' one: a missing
+    embeddings cache must not make the penalty file look like a damaged candidate."""
+    import vsekit
+    from tests.conftest import hubness_bundle
+
+    monkeypatch.setenv("VSEKIT_CACHE", str(tmp_path / "cache"))
+    bundle, _ = hubness_bundle(tmp_path)
+    m = vsekit.load_model(str(bundle), backend="torch")
+    m.caption_pool.prepare()
+    folder = tmp_path / "cache" / "captions"
+    stem = f"{m.fingerprint}-{m.caption_pool.key}"
+    (pen,) = folder.glob(f"{stem}-pen-*.npy")
+    (emb,) = [f for f in folder.glob(f"{stem}-*.npy") if "-pen-" not in f.name]
+    emb.unlink()
+    before = pen.stat().st_mtime_ns
+    again = vsekit.load_model(str(bundle), backend="torch")
+    again.caption_pool.prepare()
+    assert pen.exists() and pen.stat().st_mtime_ns == before
+    np.testing.assert_allclose(again.caption_pool._hub_penalty(), m.caption_pool._hub_penalty())

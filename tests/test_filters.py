@@ -221,3 +221,27 @@ def test_cli_and_service_filter_alike(indexed, capsys, tmp_path):
     assert r.status_code == 400 and r.json()["error"].startswith("after:")
     assert main([*argv[:-2], "--after", "someday"]) == 2
     assert "after: 'someday' is not a date" in capsys.readouterr().err
+
+
+def test_backfill_of_a_file_that_cannot_be_read_ends(tmp_path):
+    """A file indexed from another folder and gone since: its metadata cannot be read;
+    the update still ends (it is tried once a run), and the rest is backfilled."""
+    import threading
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    exif_photo(a / "1.jpg", 1)
+    exif_photo(b / "2.jpg", 2)
+    coll = Collection(tmp_path / "idx", INFO)
+    coll.update(a, CountingEmbedder(), progress=False)
+    coll.update(b, CountingEmbedder(), progress=False)
+    with coll.db:
+        coll.db.execute("DELETE FROM photo_meta")  # an index from before metadata
+    (b / "2.jpg").unlink()  # indexed, gone, outside the folder updated next
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (coll.update(a, CountingEmbedder(), progress=False),
+                                         done.set()))  # fmt: skip
+    t.start()
+    t.join(timeout=30)
+    assert done.is_set(), "the update never ended"
+    meta = dict(zip(coll.snapshot.paths, coll.snapshot.photo_meta["taken_from"], strict=True))
+    assert meta[str(a / "1.jpg")] == "exif" and meta[str(b / "2.jpg")] == "mtime"

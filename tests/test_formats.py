@@ -127,3 +127,20 @@ def test_raw_files_are_read_through_their_preview(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "rawpy", None)  # the extra not installed
     with pytest.raises(images.ImageError, match=r"install vsekit\[raw\]"):
         images.load_image(tmp_path / "x.nef")
+
+
+def test_duplicates_of_names_that_are_not_utf8_are_json(odd_names, tmp_path):
+    import shutil
+
+    shutil.copy(odd_names / LATIN1, odd_names / os.fsdecode(b"copy \xe9.png"))
+    model = make_tiny_model()
+    coll = Collection(tmp_path / "idx", model_info(model, "tiny"))
+    coll.update(odd_names, model.encode_image, progress=False)
+    client = TestClient(create_app_for(coll, model), base_url="http://127.0.0.1")
+    r = client.get("/duplicates", params={"kind": "exact"})
+    assert r.status_code == 200
+    (group,) = r.json()["groups"]
+    assert sorted(f["path"].rsplit("/", 1)[-1] for f in group["files"]) == [
+        "caf\\xe9 \\xff.png",
+        "copy \\xe9.png",
+    ]

@@ -159,9 +159,52 @@ def test_rebuild_with_another_model_fails_old_readers_with_one_line(tmp_path):
     reader.update(photos_in(tmp_path / "p", 3), CountingEmbedder(), progress=False)
     with Collection.rebuild(idx, OTHER) as coll:
         coll.update(photos_in(tmp_path / "q", 2, start=9), CountingEmbedder(), progress=False)
-    with pytest.raises(CollectionError, match="built with model 'other'"):
-        reader.refresh()
+    for _ in range(2):  # every call, not only the first
+        with pytest.raises(CollectionError, match="built with model 'other'"):
+            reader.refresh()
     assert Collection(idx, OTHER).model_name == "other"
+
+
+def test_a_process_opened_without_model_info_keeps_its_model(tmp_path):
+    """`vse serve` opens its index without model info: after a rebuild with another
+    model it must neither search nor add to the new index with its own model."""
+    idx = tmp_path / "idx"
+    Collection(idx, INFO).update(photos_in(tmp_path / "p", 3), CountingEmbedder(),
+                                 progress=False)  # fmt: skip
+    served = Collection(idx)  # as open_collection does
+    with Collection.rebuild(idx, OTHER) as coll:
+        coll.update(photos_in(tmp_path / "q", 2, start=9), CountingEmbedder(), progress=False)
+    for _ in range(2):
+        with pytest.raises(CollectionError, match="built with model 'other'"):
+            served.refresh()
+    with pytest.raises(CollectionError, match="built with model 'other'"):
+        served.update(tmp_path / "p", CountingEmbedder(), progress=False)
+    assert len(Collection(idx, OTHER)) == 2  # nothing of the old model's added
+
+
+def test_a_snapshot_taken_on_the_old_connection_after_a_swap_is_the_new_one(tmp_path):
+    """The window between a reader's check and its read: the old database's embeddings
+    are gone; the snapshot is read again from the new database, never empty."""
+    idx = tmp_path / "idx"
+    reader = Collection(idx, INFO)
+    reader.update(photos_in(tmp_path / "p", 3), CountingEmbedder(), progress=False)
+    with Collection.rebuild(idx, INFO) as coll:
+        coll.update(photos_in(tmp_path / "q", 2, start=9), CountingEmbedder(), progress=False)
+    snap = reader.store.snapshot()  # straight on the old connection, no refresh first
+    assert len(snap) == 2 and len(snap.emb) == snap.n_rows == 2
+
+
+def test_rebuild_deletes_only_files_named_as_the_index_names_them(tmp_path):
+    idx = tmp_path / "idx"
+    Collection(idx, INFO).update(photos_in(tmp_path / "p", 2), CountingEmbedder(),
+                                 progress=False)  # fmt: skip
+    keep = ["faiss-ivf.index", "emb-notes.f32", "pen-old.f32", "emb-1.f32.bak"]
+    for n in keep:
+        (idx / n).write_bytes(b"a user's file")
+    with Collection.rebuild(idx, INFO) as coll:
+        coll.update(photos_in(tmp_path / "q", 2, start=5), CountingEmbedder(), progress=False)
+    assert all((idx / n).read_bytes() == b"a user's file" for n in keep)
+    assert sorted(p.name for p in idx.glob("emb-*.f32")) == ["emb-1.f32", "emb-notes.f32"]
 
 
 def test_rebuild_replaces_a_damaged_database_and_deletes_only_index_files(tmp_path):

@@ -169,7 +169,10 @@ def _locked_dir(path: Path) -> Iterator[None]:
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """``with atomic_dir(out) as tmp: ...write files into tmp...`` then ``out`` is
-    replaced by ``tmp`` in one rename (an old ``out`` is moved aside and removed)."""
+    replaced by ``tmp``: an old ``out`` is renamed aside, ``tmp`` renamed to ``out``, the
+    old one removed. Two renames: a kill between them leaves no ``out`` but the old one,
+    whole, under a hidden temporary name beside it (``.out.*.tmp``); a reader never sees
+    a half-written folder."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _tmp_name(path, directory=True)

@@ -13,6 +13,7 @@ a one-line ``vse: error: ...`` message and exit code 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
 from collections.abc import Sequence
 
@@ -158,6 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 141
     except (OSError, ValueError, RuntimeError) as e:  # DatasetError is a ValueError
         print(f"vse: error: {_one_line(e)}", file=sys.stderr)
+        return 2
+    except sqlite3.Error as e:  # an index database busy for 30 s, or damaged after opening
+        print(f"vse: error: index database: {_one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("vse: interrupted", file=sys.stderr)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -37,6 +38,8 @@ from vsekit.index.snapshot import Snapshot, emb_path, read_snapshot
 INDEX_VERSION = 1
 DB_NAME = "index.sqlite"
 LOCK_NAME = "index.lock"
+#: embeddings files up to this size are read through for NaN and infinities at each open
+SCAN_AT_OPEN = 1 << 30
 #: the database a rebuild fills beside the live one, renamed over it when complete
 REBUILD_NAME = DB_NAME + ".rebuild"
 
@@ -119,7 +122,7 @@ class IndexStore:
         """Open the read-only connection and read the model's meta (again after a
         rebuild replaced the database)."""
         rebuild = f"rebuild it with `vse index FOLDER --index {self.path} --rebuild`"
-        self._inode = _inode(self.db_path)
+        inode = _inode(self.db_path)
         try:
             self.db = self._reader()
             meta = self.meta()
@@ -146,6 +149,7 @@ class IndexStore:
         self.model_name = meta["model"]
         self.fingerprint = meta["fingerprint"]
         self.similarity = meta.get("similarity", "cosine")
+        self._inode = inode  # only once the database is accepted
 
     # -- connections ---------------------------------------------------------------
     def _reader(self) -> sqlite3.Connection:
@@ -247,8 +251,16 @@ class IndexStore:
         with self._read_lock:
             if _inode(self.db_path) in (self._inode, None):
                 return False  # another thread reopened them
+            # the model in use: the one given, else the one the index had when opened
+            # (a process holding a model must never read or add another's embeddings)
+            if self._model_info is None:
+                self._model_info = {"name": self.model_name, "fingerprint": self.fingerprint}
             self.close()
-            self._open()
+            try:
+                self._open()
+            except CollectionError:
+                self.db = self._reader()  # stay usable for closing; every call raises again
+                raise
         return True
 
     def close(self) -> None:
@@ -270,8 +282,14 @@ class IndexStore:
             return self._inode, self.db.execute("PRAGMA data_version").fetchone()[0]
 
     def snapshot(self) -> Snapshot:
+        """One consistent state. A rebuild may rename its database over this one and
+        delete the old embeddings between a reader's checks: then the snapshot is taken
+        again from the new database, never returned without its rows."""
         with self._read_lock:
-            return read_snapshot(self.db, self.path, self.dim)
+            snap = read_snapshot(self.db, self.path, self.dim)
+            if snap.n_rows and len(snap.emb) == 0 and self.reopen_if_replaced():
+                snap = read_snapshot(self.db, self.path, self.dim)
+            return snap
 
     def failures(self) -> list[tuple[str, str]]:
         with self._read_lock:
@@ -296,7 +314,17 @@ class IndexStore:
 
     def check(self) -> None:
         """CollectionError naming the file and the repair command if the embeddings file
-        does not hold every committed row or two files share a row."""
+        does not hold every committed row, holds rows that are not finite numbers (up to
+        :data:`SCAN_AT_OPEN` bytes; larger files are not read through at each open) or
+        two files share a row. A rebuild swapped in meanwhile is checked instead."""
+        try:
+            self._check()
+        except CollectionError:
+            if not self.reopen_if_replaced():
+                raise
+            self._check()
+
+    def _check(self) -> None:
         meta = self.meta()
         gen, n_rows = int(meta["generation"]), int(meta["rows"])
         f = emb_path(self.path, gen)
@@ -333,6 +361,8 @@ class IndexStore:
         f = emb_path(self.path, gen)
         if not n_rows or not f.is_file() or f.stat().st_size < n_rows * self.dim * 4:
             return []
+        if n_rows * self.dim * 4 > SCAN_AT_OPEN:
+            return []  # 130,000 photos of 2,048 dimensions and more: not at every open
         emb = np.memmap(f, np.float32, mode="r", shape=(n_rows, self.dim))
         bad: list[int] = []
         for a in range(0, n_rows, block):
@@ -446,16 +476,20 @@ def _inode(path: Path) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
+#: the names of the index's own derived files (nothing else in its folder is touched)
+_DERIVED = re.compile(r"^(?:emb-(\d+)\.f32|pen-(\d+)-[0-9a-f]+\.f32|faiss-(\d+)-\d+-\d+\.index)$")
+
+
 def _generation_of(name: str) -> int:
-    """``emb-3.f32``, ``pen-3-key.f32``, ``faiss-3-...index`` -> 3 (-1 if unnamed)."""
-    try:
-        return int(name.split("-")[1].split(".")[0])
-    except (IndexError, ValueError):
-        return -1
+    """``emb-3.f32``, ``pen-3-<key>.f32``, ``faiss-3-<rows>-<live>.index`` -> 3; -1 for
+    any other name."""
+    m = _DERIVED.match(name)
+    return int(next(g for g in m.groups() if g is not None)) if m else -1
 
 
 def _derived_files(index: Path) -> list[Path]:
-    return [*index.glob("emb-*.f32"), *index.glob("pen-*.f32"), *index.glob("faiss-*.index")]
+    """The index's embeddings and caches, by their exact names only."""
+    return [f for f in index.iterdir() if _DERIVED.match(f.name)] if index.is_dir() else []
 
 
 def _remove_rebuild(index: Path, generation: int | None = None) -> None:
@@ -489,6 +523,7 @@ def rebuilding(path: str | Path, model_info: dict) -> Iterator[IndexStore]:
     waiting = f"{path}: another process is updating this index; waiting"
     with exclusive_lock(path / LOCK_NAME, wait=waiting):
         _remove_rebuild(path)
+        _roll_back(path / DB_NAME)  # a killed writer's hot journal, before it can be lost
         gen = 1 + max((_generation_of(f.name) for f in _derived_files(path)), default=-1)
         store = IndexStore(path, model_info, db_name=REBUILD_NAME, lock_held=True,
                            generation=gen)  # fmt: skip
@@ -496,17 +531,33 @@ def rebuilding(path: str | Path, model_info: dict) -> Iterator[IndexStore]:
             yield store
             store.close()
             fsync_file(store.db_path)
-            for name in ("-journal", "-wal", "-shm"):  # the old database's, never replayed
-                (path / (DB_NAME + name)).unlink(missing_ok=True)
-            os.replace(store.db_path, path / DB_NAME)
-            fsync_dir(path)
         except BaseException:
             store.close()
             _remove_rebuild(path, gen)
             raise
+        # from here the new index is complete: nothing of it is removed any more
+        for name in ("-journal", "-wal", "-shm"):  # the old database's (rolled back above)
+            (path / (DB_NAME + name)).unlink(missing_ok=True)
+        os.replace(store.db_path, path / DB_NAME)
+        fsync_dir(path)
         for f in _derived_files(path):
             if _generation_of(f.name) != gen:
                 f.unlink(missing_ok=True)
+
+
+def _roll_back(db_path: Path) -> None:
+    """Let SQLite roll back a hot journal of ``db_path`` (the caller holds the lock); a
+    damaged or foreign database is left as it is (a rebuild replaces it anyway)."""
+    if not db_path.is_file():
+        return
+    try:
+        db = sqlite3.connect(db_path, timeout=30)
+        try:
+            db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        finally:
+            db.close()
+    except sqlite3.DatabaseError:
+        pass
 
 
 def set_meta(w: sqlite3.Connection, **kv) -> None:

@@ -164,16 +164,15 @@ def backfill_meta(w: sqlite3.Connection, block: int = 256) -> None:
     cannot be read keeps no hash and is tried again by the next update."""
     with w:
         w.execute("DELETE FROM photo_meta WHERE file_id NOT IN (SELECT id FROM files)")
-    while True:
-        todo = w.execute(
-            "SELECT id, path, mtime_ns FROM files WHERE id NOT IN "
-            f"(SELECT file_id FROM photo_meta WHERE sha256 IS NOT NULL) LIMIT {block}"
-        ).fetchall()
-        if not todo:
-            return
-        metas = [read_meta(p, m) for _, p, m in todo]
+    todo = w.execute(  # read once: a file that cannot be read is tried once a run
+        "SELECT id, path, mtime_ns FROM files WHERE id NOT IN "
+        "(SELECT file_id FROM photo_meta WHERE sha256 IS NOT NULL)"
+    ).fetchall()
+    for a in range(0, len(todo), block):
+        part = todo[a : a + block]
+        metas = [read_meta(p, m) for _, p, m in part]
         with w:
-            for (i, _, _), m in zip(todo, metas, strict=True):
+            for (i, _, _), m in zip(part, metas, strict=True):
                 put_meta(w, i, m)
 
 

@@ -10,12 +10,14 @@ strings.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import os
+import stat
 from dataclasses import dataclass
 
 from PIL import Image
 
-from vsekit.fsio import file_sha256
+from vsekit.fsio import open_no_wait
 
 EXIF_IFD, GPS_IFD = 0x8769, 0x8825
 DATETIME_ORIGINAL, DATETIME_DIGITIZED, DATETIME = 36867, 36868, 306
@@ -72,17 +74,24 @@ def read_meta(path: str | os.PathLike, mtime_ns: int) -> PhotoMeta:
     """The photo's EXIF date, camera and GPS position, and its content's sha256; the
     file's ``mtime_ns`` as its date when it has none (or cannot be read as an image: a
     video, say)."""
-    try:
-        sha = file_sha256(path)
+    try:  # never a blocking open: a FIFO swapped in for a photo is not read
+        fd, st = open_no_wait(path)
     except OSError:
-        sha = None
-    try:
-        with Image.open(path) as im:
-            exif = im.getexif()
-            sub = exif.get_ifd(EXIF_IFD)
-            gps = exif.get_ifd(GPS_IFD)
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
-        return PhotoMeta(mtime_text(mtime_ns), "mtime", sha256=sha)
+        return PhotoMeta(mtime_text(mtime_ns), "mtime")
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        return PhotoMeta(mtime_text(mtime_ns), "mtime")
+    os.set_blocking(fd, True)
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            sha = hashlib.file_digest(fh, "sha256").hexdigest()
+            fh.seek(0)
+            with Image.open(fh) as im:
+                exif = im.getexif()
+                sub = exif.get_ifd(EXIF_IFD)
+                gps = exif.get_ifd(GPS_IFD)
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+            return PhotoMeta(mtime_text(mtime_ns), "mtime", sha256=locals().get("sha"))
     taken = next((t for t in (_exif_time(sub.get(DATETIME_ORIGINAL)),
                               _exif_time(sub.get(DATETIME_DIGITIZED)),
                               _exif_time(exif.get(DATETIME))) if t), None)  # fmt: skip

@@ -123,11 +123,12 @@ def raw_preview(fh: BinaryIO, name: str) -> BinaryIO:
                 thumb = None
             if thumb is not None and thumb.format == rawpy.ThumbFormat.JPEG:
                 return io.BytesIO(bytes(thumb.data))
+            h, w = raw.sizes.height // 2, raw.sizes.width // 2  # from the header
+            if h * w > MAX_PIXELS:  # refused before any demosaicing
+                raise ImageTooLarge(f"{name}: {w}x{h} pixels at half size, over the budget")
             rgb = raw.postprocess(half_size=True, use_camera_wb=True)
     except (rawpy.LibRawError, OSError, ValueError) as e:
         raise ImageError(f"{name}: unreadable RAW file ({e})") from e
-    if rgb.shape[0] * rgb.shape[1] > MAX_PIXELS:
-        raise ImageTooLarge(f"{name}: {rgb.shape[1]}x{rgb.shape[0]} pixels, over the budget")
     buf = io.BytesIO()
     Image.fromarray(rgb).save(buf, "PNG", compress_level=0)
     buf.seek(0)

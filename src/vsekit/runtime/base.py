@@ -224,25 +224,31 @@ class BaseModel:
         none. Its caption bank (every ``caption_stride``-th caption of the pool) is
         embedded on first use and cached on disk, like the caption pool."""
         if self._hub is None:
-            spec = None
-            if self.path is not None and self.similarity_name == "cosine":
-                try:
-                    spec = read_hubness(self.path)
-                except ValueError as e:
-                    raise ModelError(str(e)) from e
-            if spec is None:
-                self._hub = False
-            else:
-                cfg, bank, bank_sha = spec
-                if bank.shape[1] != self.embed_dim:
-                    raise ModelError(f"{self.path}: hubness image bank has {bank.shape[1]} "
-                                     f"columns, the model embeds in {self.embed_dim}")  # fmt: skip
-                from vsekit.runtime.captions import CaptionPool
-
-                texts = caption_bank_texts(self.captions, cfg.caption_stride)
-                pool = CaptionPool(self, texts, cache=True, name="caption bank")
-                self._hub = Hubness(cfg, bank, lambda: pool.embeddings, pool.key, bank_sha)
+            with _POOL_LOCK:  # one bank per model, whatever the threads asking
+                if self._hub is None:
+                    self._hub = self._load_hubness()
         return self._hub or None
+
+    def _load_hubness(self) -> Hubness | bool:
+        """The bundle's hubness settings with a lazily embedded caption bank; False when
+        the bundle ships none."""
+        spec = None
+        if self.path is not None and self.similarity_name == "cosine":
+            try:
+                spec = read_hubness(self.path)
+            except ValueError as e:
+                raise ModelError(str(e)) from e
+        if spec is None:
+            return False
+        cfg, bank, bank_sha = spec
+        if bank.shape[1] != self.embed_dim:
+            raise ModelError(f"{self.path}: hubness image bank has {bank.shape[1]} "
+                             f"columns, the model embeds in {self.embed_dim}")  # fmt: skip
+        from vsekit.runtime.captions import CaptionPool
+
+        texts = caption_bank_texts(self.captions, cfg.caption_stride)
+        pool = CaptionPool(self, texts, cache=True, name="caption bank")
+        return Hubness(cfg, bank, lambda: pool.embeddings, pool.key, bank_sha)
 
     def set_hubness(self, hubness: Hubness | None) -> None:
         """Use ``hubness`` (or none) instead of what the bundle ships."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -81,10 +82,12 @@ class CaptionPool:
         folder = cache_dir() / "captions"
         stem = f"{self.model.fingerprint}-{self._key}{suffix}"
         if self._cache:
+            exact = re.compile(re.escape(stem) + r"-[0-9a-f]{16}\.npy$")
             for path in sorted(folder.glob(f"{stem}-*.npy")):
-                out = _read_verified(path, shape)
-                if out is not None:
-                    return out
+                if exact.match(path.name):  # not another cache of these captions
+                    out = _read_verified(path, shape)
+                    if out is not None:
+                        return out
         out = np.ascontiguousarray(compute(), np.float32)
         if not np.isfinite(out).all():
             raise ValueError(f"{self.name}: the model gave non-finite values")
@@ -151,16 +154,18 @@ class CaptionPool:
 
 def _read_verified(path, shape: tuple[int, ...]) -> np.ndarray | None:
     """The array in ``path`` if its bytes hash to the digest in its name and it has
-    ``shape``; else None (the file is removed: it is damaged)."""
+    ``shape``; else None (a file whose bytes do not match is removed: it is damaged)."""
     try:
         with open(path, "rb") as fh:
             digest = hashlib.file_digest(fh, "sha256").hexdigest()
-        if digest[:16] == path.stem.rsplit("-", 1)[-1]:
-            out = np.load(path, mmap_mode="r")
-            if out.shape == shape and out.dtype == np.float32:
-                return out
+    except OSError:
+        return None
+    if digest[:16] != path.stem.rsplit("-", 1)[-1]:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return None
+    try:
+        out = np.load(path, mmap_mode="r")
     except (OSError, ValueError):
-        pass
-    with contextlib.suppress(OSError):
-        path.unlink()
-    return None
+        return None
+    return out if out.shape == shape and out.dtype == np.float32 else None

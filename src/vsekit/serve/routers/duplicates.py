@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Query
 
 from vsekit.index.duplicates import NEAR_THRESHOLD, find_duplicates
+from vsekit.index.scan import printable
 from vsekit.serve.errors import ApiError
 from vsekit.serve.state import Service, display_path, service
 
@@ -37,7 +38,7 @@ def duplicates(
                 "files": [
                     {
                         "id": i,
-                        "path": p if roots is None else display_path(p, roots),
+                        "path": printable(p if roots is None else display_path(p, roots)),
                         "thumb": f"/thumbs/{i}",
                         "image": f"/images/{i}",
                     }

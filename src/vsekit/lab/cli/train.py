@@ -27,6 +27,13 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE",
         help="override any config field, e.g. --set tags.scheme=compound (repeatable)",
     )
+    p.add_argument(
+        "--nproc",
+        type=positive_int,
+        default=1,
+        help="processes on this machine (torchrun; DistributedDataParallel, the global "
+        "batch's negatives on every rank); several machines: run torchrun yourself",
+    )
     p.set_defaults(handler=_train)
 
     e = sub.add_parser("eval", help="evaluate a trained run on a split")
@@ -46,10 +53,33 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     e.set_defaults(handler=_eval)
 
 
+def _launch(nproc: int) -> int:
+    """Run this very command again under torchrun on ``nproc`` local processes."""
+    import subprocess
+
+    argv, skip = [], False
+    for a in sys.argv[1:]:
+        if skip:
+            skip = False
+        elif a == "--nproc":
+            skip = True
+        elif not a.startswith("--nproc="):
+            argv.append(a)
+    # the program that is running (the `vse` script, `python -m vsekit`'s __main__.py, or
+    # a wrapper of the caller's), so that each rank runs exactly this command
+    prog = sys.argv[0] if os.path.isfile(sys.argv[0]) else None
+    target = [prog] if prog else ["-m", "vsekit"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc-per-node={nproc}", *target, *argv]  # fmt: skip
+    return subprocess.call(cmd)
+
+
 def _train(args: argparse.Namespace) -> int:
     from vsekit.lab.train import load_config, train
     from vsekit.lab.train.config import apply_overrides
 
+    if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
+        return _launch(args.nproc)
     cfg = apply_overrides(load_config(args.config), args.set)
     if args.data_root:
         cfg.data.root = args.data_root
@@ -61,6 +91,8 @@ def _train(args: argparse.Namespace) -> int:
         cfg.train.max_minutes = args.max_minutes
     run = args.run_dir or f"runs/{cfg.name}"
     res = train(cfg, run, resume=args.resume)
+    if int(os.environ.get("RANK", "0")) != 0:
+        return 3 if res["collapsed"] else 0  # rank 0 reports
     m = res["best_metrics"]
     state = "COLLAPSED (did not start learning)" if res["collapsed"] else "done"
     best = (

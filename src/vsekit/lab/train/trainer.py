@@ -14,12 +14,14 @@ by default restarted once with a sum-loss warm-up.
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
+from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from vsekit.fsio import atomic_write
@@ -31,7 +33,19 @@ from vsekit.lab.models.factory import create_model
 from vsekit.lab.models.task import FeatureTask
 from vsekit.lab.train import checkpoint as ckpt
 from vsekit.lab.train.config import ExperimentConfig
+from vsekit.lab.train.distributed import SINGLE, Dist, from_env, global_loss, shard
 from vsekit.lab.train.features import ensure_store, image_features, train_and_selection
+
+
+class _TrainingOutputs(torch.nn.Module):
+    """``model.training_outputs`` as a module's forward, for DistributedDataParallel."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, features, texts):
+        return self.model.training_outputs(features, texts)
 
 
 @dataclass
@@ -57,14 +71,22 @@ class TrainData(FeatureTask):
         pairs = epoch_pairs(self.train_c2i, len(self.train_feats), mode, rng)
         return [pairs[a : a + batch_size] for a in range(0, len(pairs), batch_size)]
 
-    def batch_loss(self, model, loss_fn, b: np.ndarray) -> torch.Tensor:
-        ids = torch.from_numpy(b[:, 0])
-        img, txt = model.training_outputs(
-            self.train_feats[ids], [self.train_texts[j] for j in b[:, 1]]
+    #: the task can train on several processes (global-batch negatives)
+    distributed = True
+
+    def batch_loss(
+        self, model, loss_fn, b: np.ndarray, d: Dist = SINGLE, forward=None
+    ) -> torch.Tensor:
+        """The loss of the global batch ``b`` (``[B, 2]`` rows). On ``d.world``
+        processes this rank embeds its shard (through ``forward``, the DDP wrapper) and
+        the loss compares it with every rank's (:mod:`vsekit.lab.train.distributed`);
+        rows that share an image are never each other's negatives."""
+        part = b[shard(len(b), d)]
+        ids = torch.from_numpy(part[:, 0])
+        img, txt = (forward or model.training_outputs)(
+            self.train_feats[ids], [self.train_texts[j] for j in part[:, 1]]
         )
-        if getattr(loss_fn, "masks_same_image", False):
-            return loss_fn(img, txt, image_ids=ids)  # same-image rows are not negatives
-        return loss_fn(img, txt)
+        return global_loss(loss_fn, img, txt, ids, d)
 
     def evaluate(self, model, batch: int = 1024) -> dict[str, float]:
         return evaluate_model(model, self.dev_feats, self.dev_texts, self.dev_c2i, batch=batch)
@@ -205,14 +227,25 @@ class Trainer:
         t = cfg.train
         if t.threads:
             torch.set_num_threads(t.threads)
-        self.device = torch.device(t.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        cuda = f"cuda:{local}" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(t.device or cuda)
         self._hinge = cfg.loss.name in HINGE_LOSSES
+        self.dist = from_env(self.device)  # several processes under torchrun
+        if self.dist.world > 1 and not getattr(data, "distributed", False):
+            raise ValueError(f"{cfg.name}: this task trains on one process only")
+        if not self.dist.main:
+            self.progress = False  # one rank reports
+        self._forward = None  # the DDP wrapper's forward, on several processes
 
     # ------------------------------------------------------------ setup
     def _new_model(self, seed: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
         torch.manual_seed(seed)
         model = self.data.new_model(self.cfg.model)
         model.to(self.device)
+        if self.dist.world > 1:  # rank 0's weights everywhere; gradients averaged by DDP
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self._forward = DistributedDataParallel(_TrainingOutputs(model), device_ids=ids)
         return model, make_optimizer(model, self.cfg.train)
 
     def _loss(self, phase: str) -> torch.nn.Module:
@@ -230,7 +263,20 @@ class Trainer:
             return "sum"
         return {"sum_hinge": "sum", "max_hinge": "max"}.get(self.cfg.loss.name, "loss")
 
+    def _barrier(self) -> None:
+        """Every rank waits here (after rank 0 wrote what the others read next)."""
+        if self.dist.world > 1:
+            torch.distributed.barrier()
+
+    def _save(self, *args, **kw) -> None:
+        """A checkpoint, written by rank 0 (all ranks hold the same weights)."""
+        if self.dist.main:
+            ckpt.save_epoch(*args, **kw)
+        self._barrier()
+
     def _write_static(self) -> None:
+        if not self.dist.main:
+            return
         self.run.mkdir(parents=True, exist_ok=True)
         (self.run / "epochs").mkdir(exist_ok=True)
         cfg = self.cfg.to_dict()
@@ -284,7 +330,8 @@ class Trainer:
         if resume and (self.run / "last.json").is_file():
             model, opt = self._new_model(t.seed)
             state, rng = ckpt.load_training_state(ckpt.load_pointer(self.run, "last"), model, opt)
-            self._truncate_log(state["epoch"])
+            if self.dist.main:
+                self._truncate_log(state["epoch"])
         else:
             if (self.run / "last.json").is_file():
                 raise FileExistsError(
@@ -292,6 +339,7 @@ class Trainer:
                     "or choose another --run-dir"
                 )
             self._write_static()
+            self._barrier()
             model, opt = self._new_model(t.seed)
             rng = np.random.default_rng(t.seed)
             state = {
@@ -316,6 +364,8 @@ class Trainer:
                 mean_loss = self.data.closed_form(model, batches, t.ridge)
             else:
                 mean_loss = self._train_epoch(model, opt, loss_fn, batches, epoch)
+            if self.dist.world > 1 and t.optimizer == "closed_form":
+                raise ValueError(f"{self.cfg.name}: the closed form trains on one process only")
             metrics = {} if plan else self.data.evaluate(model, t.eval_batch)
             state["seconds"] = time.perf_counter() - t0
             if plan:  # the reference's choices: its best L_S epoch, then its best epoch
@@ -352,7 +402,7 @@ class Trainer:
                 and epoch + 1 == t.collapse_epochs
                 and state["best_score"] < t.collapse_rsum
             )
-            ckpt.save_epoch(self.run, epoch, model, opt, rng, state, best=improved)
+            self._save(self.run, epoch, model, opt, rng, state, best=improved)
             if collapsed:
                 state["events"].append(
                     {"epoch": epoch, "event": "collapsed", "best_rsum": state["best_score"]}
@@ -361,11 +411,11 @@ class Trainer:
                     model, opt, rng = self._restart(state)
                     continue
                 state["collapsed"] = True
-                ckpt.save_epoch(self.run, epoch, model, opt, rng, state, best=False)
+                self._save(self.run, epoch, model, opt, rng, state, best=False)
                 break
             if switch:  # journal 3.5: L_M re-trains the best L_S model, fresh optimiser
                 model, opt = self._switch_to_max(model, state, epoch)
-                ckpt.save_epoch(self.run, epoch, model, opt, rng, state, best=False)
+                self._save(self.run, epoch, model, opt, rng, state, best=False)
             if t.optimizer == "closed_form":
                 break  # solved exactly: another epoch would give the same weights
             if plan:
@@ -376,8 +426,9 @@ class Trainer:
             if t.max_minutes and state["seconds"] > 60 * t.max_minutes:
                 state["events"].append({"epoch": epoch, "event": "time budget reached"})
                 break
-        ckpt.save_epoch(self.run, state["epoch"], model, opt, rng, state, best=False)
-        self._plot()
+        self._save(self.run, state["epoch"], model, opt, rng, state, best=False)
+        if self.dist.main:
+            self._plot()
         best = (
             json.loads((self.run / "best.json").read_text())
             if (self.run / "best.json").is_file()
@@ -446,19 +497,25 @@ class Trainer:
             with torch.autocast(
                 self.device.type, dtype=torch.bfloat16, enabled=t.precision == "bf16"
             ):
-                loss = self.data.batch_loss(model, loss_fn, b)
+                if self.dist.world > 1:
+                    loss = self.data.batch_loss(model, loss_fn, b, self.dist, self._forward)
+                else:
+                    loss = self.data.batch_loss(model, loss_fn, b)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if t.grad_clip:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
             opt.step()
-            total += float(loss.detach()) * len(b)
+            value = float(loss.detach()) / self.dist.world  # the global batch's loss
+            total += value * len(b)
             n += len(b)
-            bar.set_postfix(loss=f"{float(loss.detach()):.3f}")
+            bar.set_postfix(loss=f"{value:.3f}")
         return total / max(n, 1)
 
     # ------------------------------------------------------------ logs
     def _log(self, row: dict) -> None:
+        if not self.dist.main:
+            return
         with open(self.run / "metrics.jsonl", "a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
         if self.progress:

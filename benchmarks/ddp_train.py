@@ -1,11 +1,12 @@
 """Training step time on one process against two (DistributedDataParallel, gloo, the
 global batch's negatives gathered on every rank), on this machine's two cores.
 
-The model: a GRU-512 text encoder (300-d word vectors) over real Flickr8k training captions and a linear image side from
-2,048-d features (random: the step's cost does not depend on their values). VSE++'s
-max-of-hinges loss, global batch 128, Adam. One process runs with 2 threads; two
-processes with 1 thread each, so both use the two cores. Rounds alternate (one, two,
-one, two); each round times 20 steps after 3 warm-up steps; medians.
+The model: a GRU-512 text encoder (300-d word vectors) over real Flickr8k training
+captions and a linear image side from 2,048-d features (random: the step's cost does
+not depend on their values). VSE++'s max-of-hinges loss, global batch 128, Adam. One
+process runs with 2 threads; two processes with 1 thread each, so both use the two
+cores. Rounds alternate (one, two, one, two); each round times 20 steps after 3 warm-up
+steps; medians.
 
 Run: python benchmarks/ddp_train.py [--rounds 2] [--steps 20]
 """

@@ -176,7 +176,8 @@ train: {{epochs: 2, batch_size: 4, lr: 0.001, collapse_epochs: 0, threads: 1}}
                    "from vsekit.cli import main\nsys.exit(main())\n")  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     one = subprocess.run([sys.executable, str(vse), "train", str(cfg), "--run-dir",
-                          str(tmp_path / "one")], env=env, capture_output=True, text=True)  # fmt: skip
+                          str(tmp_path / "one")], env=env, capture_output=True,
+                         text=True)  # fmt: skip
     assert one.returncode == 0, one.stderr[-2000:]
     two = subprocess.run([sys.executable, str(vse), "train", str(cfg), "--run-dir",
                           str(tmp_path / "two"), "--nproc", "2"], env=env, capture_output=True,

@@ -110,10 +110,18 @@ def test_cli_watch_runs_until_sigterm_and_leaves_a_consistent_index(tmp_path):
          str(bundle), "--watch", "--interval", "0.2", "--quiet"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    import queue
+
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
     try:
-        assert "1 images indexed" in proc.stdout.readline()
-        write_image(photos / "b.png", seed=2)
-        line = proc.stdout.readline()  # "HH:MM:SS 2 files: 1 added, ..."
+        assert "1 images indexed" in lines.get(timeout=60)
+        write_image(photos / "b.png", seed=2)  # at once: before the watcher's first look
+        deadline = time.time() + 60
+        while time.time() < deadline:  # "HH:MM:SS 2 files: 1 added, ..." (timed lines)
+            line = lines.get(timeout=60)
+            if "1 added" in line:
+                break
         assert "1 added" in line and "2 images indexed" in line
     finally:
         os.kill(proc.pid, signal.SIGTERM)

@@ -38,9 +38,12 @@ def watch(
 ) -> None:
     """Call ``update()`` whenever the media files under ``folder`` change (and have then
     been still for ``interval`` seconds), until ``stop`` is set; ``on_update`` gets what
-    ``update`` returned. The caller runs the first update itself."""
+    ``update`` returned. The caller runs the first update itself; the first look runs
+    one more, so that nothing added in between is missed."""
     stop = stop or threading.Event()
-    last = listing(folder, exclude)
+    # not the listing now: a file added between the caller's update and this line would
+    # look old for ever; one update (with nothing to do, a scan) settles the start
+    last: Listing = {}
     while not stop.wait(interval):
         now = listing(folder, exclude)
         if now == last:

@@ -44,7 +44,7 @@ CITIES = [(48.8566, 2.3522), (40.7128, -74.006), (35.6762, 139.6503), (-33.8688,
 FILTERS = {
     "none": {},
     "after 2020": {"after": "2020"},
-    "one month": {"after": "2019-06", "before": "2019-06"},
+    "one month": {"after": "2019-06", "before": "2019-07"},
     "camera pixel": {"camera": "pixel"},
     "near Paris 20 km": {"near": "48.8566,2.3522,20"},
     "pixel after 2020 near Paris": {"camera": "pixel", "after": "2020",

@@ -38,12 +38,19 @@ def test_parse(query, terms):
 
 @pytest.mark.parametrize(
     "query,msg",
-    [('"dog + cat', "not closed"), ('"dog" + ""', "empty"), ("dog +  + cat", "empty term"),
-     ('do"g" + cat', "quote the whole term")],
+    [('"dog" + "cat', "not closed"), ('"dog" + ""', "empty"), ("dog +  + cat", "empty term"),
+     ('do"g" + cat', "quote the whole term"), ("1" + "0" * 39 + ':"dog" + "cat"', "weight")],
 )  # fmt: skip
 def test_malformed_queries_name_the_problem(query, msg):
     with pytest.raises(ValueError, match=msg):
         parse_query(query)
+
+
+@pytest.mark.parametrize(
+    "query", ['a sign that says "stop"', "/r/pics", '"unpaired quote', 'a dog\'s "toy"']
+)
+def test_one_plain_term_is_text_whatever_it_holds(query):
+    assert parse_query(query, allow_paths=False) == [Term(1.0, text=query.strip())]
 
 
 def test_the_service_never_reads_paths():

@@ -69,18 +69,31 @@ def test_exif_is_read_and_mtime_is_the_fallback(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "text,end,want",
-    [("2019", False, "2019-01-01"), ("2019", True, "2020-01-01"), ("2019-06", False, "2019-06-01"),
-     ("2019-12", True, "2020-01-01"), ("2019-06-30", True, "2019-07-01")],
+    "text,want",
+    [("2019", "2019-01-01"), ("2019-06", "2019-06-01"), ("2019-6", "2019-06-01"),
+     ("2019-06-30", "2019-06-30")],
 )  # fmt: skip
-def test_dates_are_periods(text, end, want):
-    assert parse_date(text, "after", end) == want
+def test_dates_name_the_day_their_period_starts(text, want):
+    assert parse_date(text, "after") == want
+
+
+def test_before_a_year_excludes_that_year(indexed):
+    """`--after 2018 --before 2019` is 2018 only, by the photos' own EXIF dates (written
+    by exif_photo: year 2018 + i % 4, none for every 5th)."""
+    snap = indexed.snapshot
+    keep = Filters.parse(after="2018", before="2019").files(snap)
+    got = {Path(p).name for p, k in zip(snap.paths, keep, strict=True) if k}
+    assert got == {f"{i:02d}.jpg" for i in range(40) if i % 5 and i % 4 == 0}
+    keep = Filters.parse(after="2019-06", before="2019-07").files(snap)
+    got = {Path(p).name for p, k in zip(snap.paths, keep, strict=True) if k}
+    assert got == {f"{i:02d}.jpg" for i in range(40) if i % 5 and i % 4 == 1 and i % 12 == 5}
 
 
 @pytest.mark.parametrize(
     "kw,msg",
     [({"after": "June"}, "after: 'June' is not a date"), ({"before": "2019-02-30"}, "before"),
-     ({"after": "2020", "before": "2019"}, "is not before"), ({"near": "48.8"}, "near"),
+     ({"after": "2020", "before": "2019"}, "is not before"), ({"after": "2019", "before": "2019"},
+     "is not before"), ({"near": "48.8"}, "near"),
      ({"near": "91,0,5"}, "near")],
 )  # fmt: skip
 def test_bad_filters_name_the_field(kw, msg):
@@ -116,6 +129,7 @@ FILTERS = [
     {"near": "48.86,2.29,5"},
     {"near": "40.69,-74.04,5", "before": "2021"},
     {"after": "2017-07", "before": "2017-08"},  # the mtime-dated ones
+    {"before": "2019-06"},
 ]
 
 
@@ -245,3 +259,17 @@ def test_backfill_of_a_file_that_cannot_be_read_ends(tmp_path):
     assert done.is_set(), "the update never ended"
     meta = dict(zip(coll.snapshot.paths, coll.snapshot.photo_meta["taken_from"], strict=True))
     assert meta[str(a / "1.jpg")] == "exif" and meta[str(b / "2.jpg")] == "mtime"
+
+
+def test_filters_on_an_index_without_metadata_say_what_to_do(indexed, tmp_path):
+    import shutil
+
+    shutil.copytree(indexed.path, tmp_path / "idx")
+    db = sqlite3.connect(tmp_path / "idx" / "index.sqlite")
+    with db:
+        db.execute("DROP TABLE photo_meta")  # an index from before metadata, opened read-only
+    db.close()
+    coll = Collection(tmp_path / "idx", INFO)
+    with pytest.raises(ValueError, match="run `vse index FOLDER` once"):
+        coll.search(np.ones((1, DIM), np.float32), 3, filters=Filters.parse(camera="pixel"))
+    assert len(coll.search(np.ones((1, DIM), np.float32), 3)[0]) == 3  # unfiltered: fine

@@ -130,3 +130,53 @@ def test_cli_watch_runs_until_sigterm_and_leaves_a_consistent_index(tmp_path):
     coll = Collection(idx)
     coll.check()
     assert names(coll) == {"a.png", "b.png"}
+
+
+def test_an_emptied_folder_or_a_failed_update_never_ends_the_watch(tmp_path):
+    photos = tmp_path / "photos"
+    for i in range(2):
+        write_image(photos / f"{i}.png", seed=i)
+    coll = Collection(tmp_path / "idx", INFO)
+    fail = [True]
+    errors: list[str] = []
+
+    def update():
+        if fail and fail.pop():
+            raise OSError("database is locked")
+        return coll.update(photos, CountingEmbedder(), progress=False)
+
+    stop = threading.Event()
+    t = threading.Thread(target=watch, args=(photos, update, 0.1, stop), daemon=True,
+                         kwargs={"on_error": errors.append})  # fmt: skip
+    t.start()
+    try:
+        assert wait_for(lambda: any("update failed (database is locked)" in e for e in errors))
+        assert wait_for(lambda: len(names(coll)) == 2)  # tried again, and done
+        moved = tmp_path / "elsewhere"
+        shutil.move(photos, moved)  # the folder is gone (an unmounted share)
+        assert wait_for(lambda: any("no photos or videos there any more" in e for e in errors))
+        assert len(names(coll)) == 2  # the index kept them
+        shutil.move(moved, photos)
+        write_image(photos / "2.png", seed=2)
+        assert wait_for(lambda: len(names(coll)) == 3)  # and the watch went on
+    finally:
+        stop.set()
+        t.join(timeout=10)
+
+
+def test_serve_watch_thread_keeps_the_served_index_current(tmp_path):
+    from tests.conftest import make_tiny_model
+    from vsekit.cli.serve import start_watcher
+    from vsekit.index import model_info
+
+    model = make_tiny_model()
+    photos = tmp_path / "photos"
+    write_image(photos / "a.png", seed=1)
+    coll = Collection(tmp_path / "idx", model_info(model, "tiny"))
+    stop = start_watcher(coll, model, str(photos))
+    try:
+        assert wait_for(lambda: names(coll) == {"a.png"})
+        write_image(photos / "b.png", seed=2)
+        assert wait_for(lambda: names(coll) == {"a.png", "b.png"})
+    finally:
+        stop.set()

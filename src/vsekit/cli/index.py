@@ -155,6 +155,7 @@ def _watch(args: argparse.Namespace, coll, fill) -> int:
               flush=True)  # fmt: skip
 
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: a normal end
-        watch(args.folder, lambda: fill(coll), args.interval, stop, args.exclude, report)
+        watch(args.folder, lambda: fill(coll), args.interval, stop, args.exclude, report,
+              lambda msg: print(f"warning: {msg}", file=sys.stderr, flush=True))  # fmt: skip
     print("stopped watching", file=sys.stderr)
     return 0

@@ -25,7 +25,7 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--method", default="auto", choices=["auto", "exact", "faiss"])
     f = p.add_argument_group("filters (from EXIF; files without a date use their mtime)")
     f.add_argument("--after", metavar="DATE", help="taken on or after: 2019, 2019-06, 2019-06-15")
-    f.add_argument("--before", metavar="DATE", help="taken before this year, month or day")
+    f.add_argument("--before", metavar="DATE", help="taken before this year, month or day starts")
     f.add_argument("--camera", help="part of the camera's make and model, e.g. 'pixel'")
     f.add_argument("--near", metavar="LAT,LON[,KM]", help="GPS within KM (10) of a place")
     out = p.add_mutually_exclusive_group()

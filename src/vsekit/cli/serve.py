@@ -109,9 +109,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def start_watcher(coll, model, folder: str):
-    """A daemon thread that indexes ``folder`` now and then keeps the index in line with
-    it (:mod:`vsekit.index.watch`); the server's searches see each update when it
-    commits. Returns the thread's stop event."""
+    """A daemon thread that keeps the index in line with ``folder``, starting with an
+    update at its first look (:mod:`vsekit.index.watch`); the server's searches see each
+    update when it commits. Returns the thread's stop event."""
     import threading
 
     from vsekit.index.query import store_caches
@@ -126,12 +126,14 @@ def start_watcher(coll, model, folder: str):
         print(f"{folder}: {rep.summary()}", file=sys.stderr, flush=True)
         return rep
 
-    def run() -> None:
+    def warn(msg: str) -> None:
+        print(f"warning: {msg}", file=sys.stderr, flush=True)
+
+    def run() -> None:  # the first look updates (the index may be behind the folder)
         try:
-            update()
-            watch(folder, update, stop=stop)
+            watch(folder, update, stop=stop, on_error=warn)
         except Exception as e:  # noqa: BLE001  (the server goes on; say why watching ended)
-            print(f"warning: stopped watching {folder}: {e}", file=sys.stderr, flush=True)
+            warn(f"stopped watching {folder}: {e}")
 
     threading.Thread(target=run, name=f"watch {folder}", daemon=True).start()
     return stop

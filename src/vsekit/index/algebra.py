@@ -19,6 +19,9 @@ Syntax (operators need a space on both sides, so ``black-and-white`` stays one w
 * ``#12``: the indexed photo with id 12 (CLI, Python and the service);
 * ``./beach.jpg``, ``~/x.png``, ``/abs/y.jpg``: a photo file (CLI and Python only: the
   service never reads paths from a query).
+
+A query that is none of these and has no operator is plain text, whatever quotes or
+slashes it holds.
 """
 
 from __future__ import annotations
@@ -52,6 +55,17 @@ class Term:
         return f"{self.weight:g}:{what!r}"
 
 
+def _split_lenient(query: str) -> list[tuple[int, str]]:
+    """:func:`_split`, or the whole query as one term when its quotes do not pair and
+    it has no operator (one that does is malformed algebra: the error says so)."""
+    try:
+        return _split(query)
+    except ValueError:
+        if re.search(r"\s[+-]\s", query):
+            raise
+        return [(1, query.strip())]
+
+
 def _split(query: str) -> list[tuple[int, str]]:
     """``[(sign, raw term), ...]``: split at `` + `` / `` - `` outside quotes."""
     parts: list[tuple[int, str]] = []
@@ -74,8 +88,23 @@ def _split(query: str) -> list[tuple[int, str]]:
     return parts
 
 
+#: the largest weight a term may have (beyond it float32 sums lose the other terms)
+MAX_WEIGHT = 1000.0
+
+
 def parse_query(query: str, allow_paths: bool = True) -> list[Term]:
-    """The terms of ``query``; ValueError naming the first malformed one."""
+    """The terms of ``query``; ValueError naming the first malformed one. A query
+    without operators that is not a quoted term, an ``#ID``, a weighted term or (where
+    ``allow_paths``) a path is plain text, quotes and slashes included (``a sign that
+    says "stop"``, ``/r/pics``)."""
+    parts = _split_lenient(query)
+    if len(parts) == 1 and parts[0][0] == 1:
+        raw = parts[0][1]
+        quoted = len(raw) >= 2 and raw[0] == raw[-1] == '"' and '"' not in raw[1:-1]
+        special = quoted or _ID.match(raw) or _WEIGHT.match(raw)
+        path = allow_paths and raw.startswith(_PATH_START) and " " not in raw
+        if not special and not path:
+            return [Term(1.0, text=raw)]
     terms: list[Term] = []
     for sign, raw in _split(query):
         if not raw:
@@ -84,6 +113,8 @@ def parse_query(query: str, allow_paths: bool = True) -> list[Term]:
         m = _WEIGHT.match(raw)
         if m:
             weight, raw = float(m.group(1)), raw[m.end() :].strip()
+            if abs(weight) > MAX_WEIGHT:
+                raise ValueError(f"query: weight {m.group(1)}: at most {MAX_WEIGHT:g} either way")
         weight *= sign
         if len(raw) >= 2 and raw[0] == raw[-1] == '"':
             text = raw[1:-1].strip()

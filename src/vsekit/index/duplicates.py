@@ -53,13 +53,22 @@ class _Union:
             self.parent[max(ra, rb)] = min(ra, rb)
 
 
+#: the lowest threshold accepted: below it nearly every pair of photos would be a
+#: "duplicate" (and listing them would cost memory quadratic in the collection)
+MIN_THRESHOLD = 0.5
+#: scores computed at once: a block of rows against the rest stays under 256 MB
+BLOCK_SCORES = 64 * 2**20
+
+
 def near_pairs(
-    emb: np.ndarray, threshold: float, block: int = 2048
+    emb: np.ndarray, threshold: float, block: int | None = None
 ) -> list[tuple[int, int, float]]:
     """``(i, j, cosine)`` for every ``i < j`` with ``emb[i] . emb[j] >= threshold``
-    (unit rows), by blocks of ``block`` rows against the rest."""
+    (unit rows), by blocks of ``block`` rows against the rest (by default as many as
+    keep a block's scores under :data:`BLOCK_SCORES`)."""
     out: list[tuple[int, int, float]] = []
     n = len(emb)
+    block = block or max(1, min(2048, BLOCK_SCORES // max(n, 1)))
     for a in range(0, n, block):
         x = np.asarray(emb[a : a + block], np.float32)
         s = x @ np.asarray(emb[a:], np.float32).T  # only j >= a: the upper triangle
@@ -76,8 +85,8 @@ def find_duplicates(
     """The duplicate groups of a :class:`~vsekit.index.snapshot.Snapshot`: exact groups
     first, then near groups, each sorted by path, groups by their first path.
     ``kinds``: ``all``, ``exact`` or ``near``."""
-    if not 0 < threshold <= 1:
-        raise ValueError(f"threshold: must be in (0, 1], got {threshold}")
+    if not MIN_THRESHOLD <= threshold <= 1:
+        raise ValueError(f"threshold: must be in [{MIN_THRESHOLD}, 1], got {threshold}")
     if kinds not in ("all", "exact", "near"):
         raise ValueError(f"kind: {kinds!r}; use all | exact | near")
     n = len(snap)

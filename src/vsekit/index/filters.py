@@ -2,8 +2,9 @@
 place. A filter selects files before the top-k, so a search returns exactly ``k``
 results whenever at least ``k`` files match (exact and FAISS search alike).
 
-Dates are partial ISO dates: ``--after 2019-06`` keeps photos taken on or after
-1 June 2019, ``--before 2020`` those taken before 1 January 2020. A photo without an
+Dates are partial ISO dates, each naming the day its period starts: ``--after
+2019-06`` keeps photos taken on or after 1 June 2019, ``--before 2020`` those taken
+before 1 January 2020 (so ``--after 2019-06 --before 2019-07`` is June 2019). A photo without an
 EXIF date is dated by its file's modification time (``taken_from="mtime"`` in its
 metadata). ``camera`` matches a case-insensitive part of "make model" (``pixel``,
 ``canon eos``). ``near`` keeps photos with GPS within a radius (``LAT,LON,KM``).
@@ -19,9 +20,10 @@ import numpy as np
 _DATE = re.compile(r"^(\d{4})(?:-(\d{1,2}))?(?:-(\d{1,2}))?$")
 
 
-def parse_date(text: str, field: str, end: bool = False) -> str:
-    """``2019`` / ``2019-06`` / ``2019-06-15`` -> the ISO day that starts the period
-    (``end=False``) or the one after it (``end=True``: an exclusive upper bound)."""
+def parse_date(text: str, field: str) -> str:
+    """``2019`` / ``2019-06`` / ``2019-06-15`` -> the ISO day that starts the period:
+    ``--after`` keeps photos taken on or after it, ``--before`` those taken before it
+    (``--before 2020``: up to the last moment of 2019)."""
     import datetime as dt
 
     m = _DATE.match(text.strip())
@@ -29,17 +31,9 @@ def parse_date(text: str, field: str, end: bool = False) -> str:
         raise ValueError(f"{field}: {text!r} is not a date (YYYY, YYYY-MM or YYYY-MM-DD)")
     y, mo, d = int(m.group(1)), int(m.group(2) or 1), int(m.group(3) or 1)
     try:
-        day = dt.date(y, mo, d)
+        return dt.date(y, mo, d).isoformat()
     except ValueError as e:
         raise ValueError(f"{field}: {text!r}: {e}") from None
-    if end:
-        if m.group(3):
-            day += dt.timedelta(days=1)
-        elif m.group(2):
-            day = dt.date(y + (mo == 12), mo % 12 + 1, 1)
-        else:
-            day = dt.date(y + 1, 1, 1)
-    return day.isoformat()
 
 
 def parse_near(text: str) -> tuple[float, float, float]:
@@ -65,7 +59,7 @@ def haversine_km(lat1, lon1, lat2, lon2):
 
 @dataclass(frozen=True)
 class Filters:
-    """``after``/``before``: ISO days (inclusive / exclusive, from :func:`parse_date`);
+    """``after``/``before``: ISO days (on or after / strictly before);
     ``camera``: a part of "make model"; ``near``: ``(lat, lon, km)``."""
 
     after: str | None = None
@@ -85,7 +79,7 @@ class Filters:
         cam = (camera or "").strip().lower() or None
         f = cls(
             parse_date(after, "after") if after else None,
-            parse_date(before, "before", end=True) if before else None,
+            parse_date(before, "before") if before else None,
             cam,
             parse_near(near) if near else None,
         )
@@ -101,8 +95,13 @@ class Filters:
         filter on them). Vectorised over the snapshot's metadata arrays."""
         arr = snap.photo_meta.get("arrays")
         n = len(snap)
-        if arr is None:  # a snapshot without metadata: nothing is known
-            return np.zeros(n, bool) if self else np.ones(n, bool)
+        if self and n and not snap.photo_meta.get("recorded", True):
+            raise ValueError(
+                "filters: this index holds no photo dates, cameras or places yet (it was "
+                "made before they were recorded); run `vse index FOLDER` once to add them"
+            )
+        if arr is None:
+            return np.ones(n, bool)
         keep = np.ones(n, bool)
         if self.after or self.before:
             taken = arr["taken"]

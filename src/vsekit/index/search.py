@@ -98,7 +98,7 @@ class FaissSearcher:
         params, bits_alive = None, None
         if allowed is not None:
             bits = np.packbits(np.asarray(allowed, bool), bitorder="little")
-            sel = faiss.IDSelectorBitmap(len(allowed), faiss.swig_ptr(bits))
+            sel = faiss.IDSelectorBitmap(len(bits), faiss.swig_ptr(bits))  # size in bytes
             bits_alive = bits
             if hasattr(self.index, "nprobe"):
                 params = faiss.SearchParametersIVF(sel=sel, nprobe=self.index.nprobe)

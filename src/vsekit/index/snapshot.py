@@ -139,6 +139,11 @@ def _photo_meta(db: sqlite3.Connection) -> list[tuple]:
     try:
         return db.execute(f"SELECT file_id, {', '.join(META_FIELDS)} FROM photo_meta").fetchall()
     except sqlite3.OperationalError:
+        pass
+    try:  # a table from before content hashes (read-only here: no writer migrated it)
+        rows = db.execute(f"SELECT file_id, {', '.join(META_FIELDS[:-1])} FROM photo_meta")
+        return [(*r, None) for r in rows.fetchall()]
+    except sqlite3.OperationalError:
         return []
 
 
@@ -206,6 +211,7 @@ def read_snapshot(db: sqlite3.Connection, index: Path, dim: int) -> Snapshot:
             for f, v in zip(META_FIELDS, row[1:], strict=True):
                 photo_meta[f][pos] = v
     photo_meta["arrays"] = meta_arrays(photo_meta, len(ids))
+    photo_meta["recorded"] = bool(pmeta) or not len(ids)  # False: made before metadata
     return Snapshot(
         key=(gen, n_rows, version, len(ids), int(rows.sum()) if len(rows) else 0),
         generation=gen,

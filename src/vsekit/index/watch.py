@@ -35,12 +35,20 @@ def watch(
     stop: threading.Event | None = None,
     exclude: Sequence[str] = (),
     on_update: Callable[[object], None] | None = None,
+    on_error: Callable[[str], None] | None = None,
 ) -> None:
     """Call ``update()`` whenever the media files under ``folder`` change (and have then
     been still for ``interval`` seconds), until ``stop`` is set; ``on_update`` gets what
     ``update`` returned. The caller runs the first update itself; the first look runs
-    one more, so that nothing added in between is missed."""
+    one more, so that nothing added in between is missed. A failed update, or a folder
+    that has become empty (an unmounted share), is reported to ``on_error`` and the
+    watch goes on; the index is never emptied by it."""
     stop = stop or threading.Event()
+
+    def say(msg: str) -> None:
+        if on_error is not None:
+            on_error(msg)
+
     # not the listing now: a file added between the caller's update and this line would
     # look old for ever; one update (with nothing to do, a scan) settles the start
     last: Listing = {}
@@ -55,7 +63,16 @@ def watch(
             now = later
         if stop.is_set():
             return
-        result = update()
+        if not now and last:  # emptied or gone: an unmounted share must not wipe the index
+            say(f"{folder}: no photos or videos there any more; the index keeps its "
+                f"{len(last)} (run `vse index {folder}` to remove them)")  # fmt: skip
+            continue
+        try:
+            result = update()
+        except Exception as e:  # noqa: BLE001  (reported; the next change tries again)
+            say(f"{folder}: update failed ({' '.join(str(e).split()) or type(e).__name__}); "
+                "will try again at the next change")  # fmt: skip
+            continue
         last = now
         if on_update is not None:
             on_update(result)

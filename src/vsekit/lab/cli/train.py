@@ -92,7 +92,7 @@ def _train(args: argparse.Namespace) -> int:
     run = args.run_dir or f"runs/{cfg.name}"
     res = train(cfg, run, resume=args.resume)
     if int(os.environ.get("RANK", "0")) != 0:
-        return 3 if res["collapsed"] else 0  # rank 0 reports
+        return 0  # rank 0 reports, and its exit code says whether the run collapsed
     m = res["best_metrics"]
     state = "COLLAPSED (did not start learning)" if res["collapsed"] else "done"
     best = (

@@ -37,6 +37,12 @@ from vsekit.lab.train.distributed import SINGLE, Dist, from_env, global_loss, sh
 from vsekit.lab.train.features import ensure_store, image_features, train_and_selection
 
 
+def _device(t) -> torch.device:
+    """``train.device``, else this rank's GPU (``LOCAL_RANK``), else the CPU."""
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    return torch.device(t.device or (f"cuda:{local}" if torch.cuda.is_available() else "cpu"))
+
+
 class _TrainingOutputs(torch.nn.Module):
     """``model.training_outputs`` as a module's forward, for DistributedDataParallel."""
 
@@ -227,13 +233,13 @@ class Trainer:
         t = cfg.train
         if t.threads:
             torch.set_num_threads(t.threads)
-        local = int(os.environ.get("LOCAL_RANK", "0"))
-        cuda = f"cuda:{local}" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(t.device or cuda)
+        self.device = _device(t)
         self._hinge = cfg.loss.name in HINGE_LOSSES
         self.dist = from_env(self.device)  # several processes under torchrun
         if self.dist.world > 1 and not getattr(data, "distributed", False):
             raise ValueError(f"{cfg.name}: this task trains on one process only")
+        if self.dist.world > 1 and t.optimizer == "closed_form":
+            raise ValueError(f"{cfg.name}: the closed form trains on one process only")
         if not self.dist.main:
             self.progress = False  # one rank reports
         self._forward = None  # the DDP wrapper's forward, on several processes
@@ -262,6 +268,15 @@ class Trainer:
         if curriculum == "sum_then_max":
             return "sum"
         return {"sum_hinge": "sum", "max_hinge": "max"}.get(self.cfg.loss.name, "loss")
+
+    def _agree(self, value: float) -> float:
+        """Rank 0's ``value`` on every rank (its clock decides the time budget, so that
+        no rank stops an epoch before the others)."""
+        if self.dist.world == 1:
+            return value
+        t = torch.tensor([value], dtype=torch.float64)
+        torch.distributed.broadcast(t, 0)
+        return float(t)
 
     def _barrier(self) -> None:
         """Every rank waits here (after rank 0 wrote what the others read next)."""
@@ -364,10 +379,8 @@ class Trainer:
                 mean_loss = self.data.closed_form(model, batches, t.ridge)
             else:
                 mean_loss = self._train_epoch(model, opt, loss_fn, batches, epoch)
-            if self.dist.world > 1 and t.optimizer == "closed_form":
-                raise ValueError(f"{self.cfg.name}: the closed form trains on one process only")
             metrics = {} if plan else self.data.evaluate(model, t.eval_batch)
-            state["seconds"] = time.perf_counter() - t0
+            state["seconds"] = self._agree(time.perf_counter() - t0)
             if plan:  # the reference's choices: its best L_S epoch, then its best epoch
                 score = float(epoch)
                 improved = epoch in (plan["sum_best"], plan["best"])
@@ -492,8 +505,8 @@ class Trainer:
             leave=False,
         )
         for b in bar:
-            if len(b) < 2:
-                continue  # a lone pair has no negatives
+            if len(b) < max(2, self.dist.world):
+                continue  # a lone pair has no negatives; every rank needs a row
             with torch.autocast(
                 self.device.type, dtype=torch.bfloat16, enabled=t.precision == "bf16"
             ):
@@ -562,6 +575,9 @@ def train(
 
     validate(cfg)  # before any extraction: a typo costs nothing
     run = Path(run_dir)
+    d = from_env(_device(cfg.train))
+    if not d.main:  # rank 0 extracts and fits what is missing; the others then read it
+        torch.distributed.barrier()
     if cfg.task == "tags":
         from vsekit.lab.train.tags import load_tag_data
 
@@ -569,7 +585,9 @@ def train(
     else:
         has_vocab = resume and (run / "vocab.json").is_file()
         vocab = Vocabulary.load(run / "vocab.json") if has_vocab else None
-        data = load_train_data(cfg, vocab, progress)
+        data = load_train_data(cfg, vocab, progress and d.main)
+    if d.main and d.world > 1:
+        torch.distributed.barrier()
     if resume and (run / "config.json").is_file():
         saved = json.loads((run / "config.json").read_text())
         if saved.get("store_fingerprint") != data.store_fingerprint:

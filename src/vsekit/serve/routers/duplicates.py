@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query
 
-from vsekit.index.duplicates import NEAR_THRESHOLD, find_duplicates
+from vsekit.index.duplicates import MIN_THRESHOLD, NEAR_THRESHOLD, find_duplicates
 from vsekit.index.scan import printable
 from vsekit.serve.errors import ApiError
 from vsekit.serve.state import Service, display_path, service
@@ -18,7 +18,7 @@ Svc = Annotated[Service, Depends(service)]
 @router.get("/duplicates")
 def duplicates(
     svc: Svc,
-    threshold: Annotated[float, Query(gt=0, le=1)] = NEAR_THRESHOLD,
+    threshold: Annotated[float, Query(ge=MIN_THRESHOLD, le=1)] = NEAR_THRESHOLD,
     kind: Literal["all", "exact", "near"] = "all",
 ) -> dict:
     """Groups of duplicate photos: ``exact`` (same content) and ``near`` (cosine of their

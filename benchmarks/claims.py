@@ -149,10 +149,12 @@ def chosen_recipe(row: str, done: dict[str, dict]) -> tuple[float, float] | None
 
 
 def pending(done: dict[str, dict]) -> list[Cell]:
-    """Cells still to run, in order: every row's grid at seed 0, then the chosen recipes'
-    other seeds (rows whose grid is complete)."""
-    out = [Cell(r, lr, m, 0) for r in rows() for lr, m in GRID]
+    """Cells still to run, in order, row by row: a row's grid at seed 0, then at once its
+    chosen recipe's other seeds, so that the rows of the first claims reach 3 seeds (and
+    a verdict) before later rows start."""
+    out: list[Cell] = []
     for r in rows():
+        out += [Cell(r, lr, m, 0) for lr, m in GRID]
         pick = chosen_recipe(r, done)
         if pick is not None:
             seeds = MOE_SEEDS if r.endswith("-moe") else SEEDS

@@ -249,3 +249,25 @@ def test_the_pool_cache_never_takes_or_removes_its_penalty_file(tmp_path, monkey
     again.caption_pool.prepare()
     assert pen.exists() and pen.stat().st_mtime_ns == before
     np.testing.assert_allclose(again.caption_pool._hub_penalty(), m.caption_pool._hub_penalty())
+
+
+def test_vse_index_prepares_the_caption_pool_once(tmp_path, monkeypatch, capsys):
+    """The pool's wait happens where a wait is expected (the first `vse index`), not at
+    the first annotation; later runs find it on disk and do not read it."""
+    from tests.conftest import make_tiny_model, write_image
+    from vsekit.cli import main
+
+    monkeypatch.setenv("VSEKIT_CACHE", str(tmp_path / "cache"))
+    bundle = make_tiny_model(CAPTIONS).save(tmp_path / "m")
+    write_image(tmp_path / "p" / "a.png")
+    argv = ["index", str(tmp_path / "p"), "--index", str(tmp_path / "idx"), "--model",
+            str(bundle), "--quiet"]  # fmt: skip
+    assert main(argv) == 0
+    assert "caption pool (once per model)" in capsys.readouterr().err
+    assert len(list((tmp_path / "cache" / "captions").glob("*.npy"))) == 1
+    assert main(argv) == 0
+    assert "caption pool" not in capsys.readouterr().err
+    monkeypatch.setenv("VSEKIT_CACHE", str(tmp_path / "cache2"))
+    assert main([*argv[:3], str(tmp_path / "idx2"), *argv[4:], "--no-caption-pool"]) == 0
+    assert "caption pool" not in capsys.readouterr().err
+    assert not list((tmp_path / "cache2").glob("captions/*.npy"))

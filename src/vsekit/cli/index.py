@@ -59,6 +59,11 @@ def _add_index(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument(
+        "--no-caption-pool",
+        action="store_true",
+        help="do not prepare the model's caption pool now (the first annotation will)",
+    )
+    p.add_argument(
         "--verbose", action="store_true", help=f"list every skipped file (else the first {SHOWN})"
     )
     p.add_argument(
@@ -107,6 +112,11 @@ def _index(args: argparse.Namespace) -> int:
             exclude=args.exclude,
         )
         store_caches(coll, model)  # each photo's CSLS penalty (and FAISS), for `vse search`
+        pool = model.caption_pool if model.captions and not args.no_caption_pool else None
+        if pool is not None and not pool.ready and not pool.on_disk():
+            # here, where a wait is expected, not at the first annotation or page view:
+            # once per model and machine (then cached), with progress
+            pool.prepare()
         rep.seconds = time.perf_counter() - t1
         return rep
 

@@ -70,6 +70,13 @@ class CaptionPool:
         hub_done = self.model.hubness is None or self._penalty is not None
         return self._emb is not None and hub_done
 
+    def on_disk(self) -> bool:
+        """A cache file of these embeddings exists (not read here: verified when used)."""
+        stem = f"{self.model.fingerprint}-{self._key}"
+        exact = re.compile(re.escape(stem) + r"-[0-9a-f]{16}\.npy$")
+        folder = cache_dir() / "captions"
+        return self._cache and any(exact.match(p.name) for p in folder.glob(f"{stem}-*.npy"))
+
     def prepare(self) -> None:
         """Compute (or read from the verified cache) the embeddings and penalties, once:
         a second thread asking meanwhile waits for the first one's result."""

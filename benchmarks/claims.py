@@ -22,6 +22,11 @@ dev). A finished cell is never re-run; a killed run resumes from its last epoch.
 - The chosen recipe then runs with seeds 1 and 2 (and 3, 4 for the MOE stability claim).
 - Collapse restarts are off: a run that never leaves the start is recorded as such.
 
+**The regression report (002).** Its text encoders on the pipeline it builds on (order
+embeddings), at FC7-SOE's chosen recipe, 3 seeds each: LSTM + GloVe, a stacked
+bidirectional GRU + GloVe, and a GRU with random word vectors; GRU + GloVe is FC7-SOE.
+They run after the FC7 rows.
+
 **Verdicts.** Each claim compares two rows seed by seed (the same seeds): the mean
 difference ``d`` of dev rsum and its standard error ``se`` (sample std / sqrt(n)).
 *Confirmed* if ``d > 2 se`` in the claimed direction, *refuted* if ``d < -2 se``, else
@@ -60,6 +65,20 @@ GRID = [(lr, m) for lr in (2e-4, 1e-3) for m in (1.0, 0.5)]
 SEEDS = (0, 1, 2)
 MOE_SEEDS = (0, 1, 2, 3, 4)  # the instability claim counts failed starts over 5 seeds
 
+# The regression report (002): its recurrent text encoders, compared on the order-embedding
+# pipeline it builds on (Vendrov et al.), at FC7-SOE's chosen recipe, 3 seeds each.
+# GRU + GloVe is FC7-SOE itself (the same cells); these rows change the text side only.
+REG_TEXT = {
+    "reg-lstm-glove": "{kind: lstm, word_dim: 50, embed_dim: 512, glove: true}",
+    "reg-bigru-glove": "{kind: gru, word_dim: 50, embed_dim: 512, glove: true, num_layers: 2, "
+    "bidirectional: true}",
+    "reg-gru-random": "{kind: gru, word_dim: 50, embed_dim: 512, glove: false}",
+}
+REG_BASE = "fc7-soe"
+# the report's Table 1 (its 1K-image test set): t2i R@1, R@10, mean rank
+REG_PAPER = {"fc7-soe": (37.0, 86.8, 7.3), "reg-lstm-glove": (35.4, 86.2, 7.5),
+             "reg-gru-random": (36.3, 85.8, 7.6)}  # fmt: skip
+
 # Journal paper, Table 2 (Flickr8k test split, VGG16): R@1, R@5, R@10 annotation, then
 # retrieval. Quoted from ../shared/seeds/fne-multimodal-pipelines-journal.txt.
 PAPER = {
@@ -97,15 +116,16 @@ class Cell:
 
     @property
     def config(self) -> str:
-        return f"configs/flickr8k-{self.row}.yaml"
+        return f"configs/flickr8k-{REG_BASE if self.row in REG_TEXT else self.row}.yaml"
 
     def overrides(self) -> list[str]:
-        base = paper_margin(self.row)
+        base = paper_margin(REG_BASE if self.row in REG_TEXT else self.row)
+        text = REG_TEXT.get(self.row, "{kind: gru, word_dim: 50, embed_dim: 512, glove: true}")
         return [
             f"data.store={STORE}",
             "data.crops=2",
             "data.val_from_train=500",
-            "model.text={kind: gru, word_dim: 50, embed_dim: 512, glove: true}",
+            f"model.text={text}",
             f"loss.margin={base * self.margin_scale:g}",
             f"train.lr={self.lr:g}",
             f"train.epochs={EPOCHS}",
@@ -159,6 +179,10 @@ def pending(done: dict[str, dict]) -> list[Cell]:
         if pick is not None:
             seeds = MOE_SEEDS if r.endswith("-moe") else SEEDS
             out += [Cell(r, *pick, s) for s in seeds if s]
+        if r == "fc7-poe":  # after the FC7 rows: the regression report's encoders
+            base = chosen_recipe(REG_BASE, done)
+            if base is not None:
+                out += [Cell(reg, *base, s) for reg in REG_TEXT for s in SEEDS]
     return [c for c in out if c.name not in done]
 
 
@@ -237,7 +261,7 @@ class Claim:
 
 
 def seed_rsums(row: str, done: dict[str, dict]) -> dict[int, float]:
-    pick = chosen_recipe(row, done)
+    pick = chosen_recipe(REG_BASE if row in REG_TEXT else row, done)
     if pick is None:
         return {}
     out = {}
@@ -274,6 +298,15 @@ def claims() -> list[Claim]:
             Claim(f"PH beats MH ({f.upper()})", "001 section 3.5", f"{f}-ph", f"{f}-mh"),
             Claim(f"POE beats MOE ({f.upper()})", "001 section 3.5", f"{f}-poe", f"{f}-moe"),
         ]
+    out += [
+        Claim("GRU + GloVe beats LSTM + GloVe", "002 Table 1", REG_BASE, "reg-lstm-glove"),
+        Claim(
+            "GloVe initialisation beats random word vectors (GRU)",
+            "002 Table 1",
+            REG_BASE,
+            "reg-gru-random",
+        ),  # fmt: skip
+    ]
     return out
 
 
@@ -317,6 +350,30 @@ def report(done: dict[str, dict]) -> str:
             f"| {r.upper()} | lr {pick[0]:g}, margin x{pick[1]:g} | {len(cells)} | "
             f"{rs[0]:.1f} ± {rs[1]:.1f} | {r1[0]:.1f} ± {r1[1]:.1f} | {t1[0]:.1f} ± {t1[1]:.1f} "
             f"| {started}/{len(cells)} | {paper} |"
+        )
+    lines += ["", "## The regression report's text encoders (002)", "",
+              "On the order-embedding pipeline at FC7-SOE's chosen recipe; GRU + GloVe is the "
+              "FC7-SOE row. The report's figures are its own 1K-image test set's.", "",
+              "| encoder | seeds | dev rsum, mean ± std | t2i R@1 | t2i R@10 | "
+              "report t2i R@1 / R@10 / mean r |", "|---|---|---|---|---|---|"]  # fmt: skip
+    base = chosen_recipe(REG_BASE, done)
+    names = {REG_BASE: "GRU + GloVe", "reg-lstm-glove": "LSTM + GloVe",
+             "reg-bigru-glove": "stacked bidirectional GRU (2 layers) + GloVe",
+             "reg-gru-random": "GRU, random word vectors"}  # fmt: skip
+    for r, label in names.items():
+        cells = [] if base is None else [done[Cell(r, *base, s).name] for s in SEEDS
+                                         if Cell(r, *base, s).name in done]  # fmt: skip
+        paper = REG_PAPER.get(r)
+        ref = f"{paper[0]} / {paper[1]} / {paper[2]}" if paper else "—"
+        if not cells:
+            lines.append(f"| {label} | 0 | | | | {ref} |")
+            continue
+        rs = mean_std([c["dev"]["rsum"] for c in cells])
+        t1 = mean_std([c["dev"]["t2i_r1"] for c in cells])
+        t10 = mean_std([c["dev"].get("t2i_r10", float("nan")) for c in cells])
+        lines.append(
+            f"| {label} | {len(cells)} | {rs[0]:.1f} ± {rs[1]:.1f} | "
+            f"{t1[0]:.1f} ± {t1[1]:.1f} | {t10[0]:.1f} ± {t10[1]:.1f} | {ref} |"
         )
     lines += ["", "## Claims", "",
               "| claim | paper | better - worse, dev rsum (mean ± se) | seeds | verdict |",

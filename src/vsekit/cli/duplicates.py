@@ -47,6 +47,10 @@ def _duplicates(args: argparse.Namespace) -> int:
             print(f"  {printable(p)}")
     extra = sum(len(g.paths) - 1 for g in groups)
     n_exact = sum(g.kind == "exact" for g in groups)
-    print(f"{len(groups)} groups ({n_exact} exact, {len(groups) - n_exact} near) among "
-          f"{len(coll)} files; {extra} files beyond the first of each group")  # fmt: skip
+
+    def n(k: int, word: str) -> str:
+        return f"{k:,} {word}{'' if k == 1 else 's'}"
+
+    print(f"{n(len(groups), 'group')} ({n_exact} exact, {len(groups) - n_exact} near) among "
+          f"{n(len(coll), 'file')}; {n(extra, 'file')} beyond the first of each group")  # fmt: skip
     return 0

@@ -63,6 +63,9 @@ def _search(args: argparse.Namespace) -> int:
         hits = search_text_embedding(coll, model, emb, args.k, args.method, filters)
     else:
         hits = search_image(coll, model, args.image, args.k, args.method, filters)
+    if not hits and filters:
+        print(f"note: no photo of the {len(coll):,} indexed matches the filters (dates come "
+              "from EXIF, else from the file's modification time)", file=sys.stderr)  # fmt: skip
     # a name that is not UTF-8 is shown with its undecodable bytes as \xNN
     if args.json:
         print(json.dumps([{**h.__dict__, "path": printable(h.path)} for h in hits], indent=2))

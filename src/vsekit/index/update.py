@@ -2,8 +2,9 @@
 
 Incremental: a file is re-embedded only when its path is new or its size or mtime
 changed; a file that failed to decode is remembered with its size and mtime and not
-retried until it changes; a moved or renamed file keeps its id and embedding
-(:func:`vsekit.index.scan.match_moves`). Each batch's rows are appended and fsync'ed
+retried until it changes; a file moved to another folder under the same name (same
+size and mtime) keeps its id and embedding (:func:`vsekit.index.scan.match_moves`); a
+renamed one is indexed as new. Each batch's rows are appended and fsync'ed
 before the transaction that makes them reachable commits (:class:`vsekit.fsio.RowFile`).
 """
 

@@ -139,3 +139,14 @@ def test_service_takes_sums_and_ids_but_no_paths(tmp_path):
     assert r.status_code == 200 and [x["id"] for x in r.json()["results"]] == [h.id for h in want]
     r = client.get("/search", params={"q": '"a dog" + /etc/passwd'})
     assert r.status_code == 400 and "paths are not read here" in r.json()["error"]
+
+
+def test_unknown_words_are_named_per_term_without_embedding(indexed, monkeypatch):
+    from vsekit.index.api import PhotoIndex
+
+    coll, model, _ = indexed
+    index = PhotoIndex(coll, model, "tiny")
+    monkeypatch.setattr(model, "encode_text", lambda *a, **k: pytest.fail("embedded"))
+    assert index.unknown_words('"a dog zzqx" + "a red car"') == ["zzqx"]
+    with pytest.raises(ValueError, match="knows none"):
+        index.unknown_words('"a dog" + "zzqx"')

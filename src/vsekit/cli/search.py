@@ -37,14 +37,11 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
 
 
 def _search(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from vsekit.index.api import open_index
     from vsekit.index.filters import Filters
-    from vsekit.index.query import (
-        check_query,
-        embed_query,
-        open_collection,
-        search_image,
-        search_text_embedding,
-    )
+    from vsekit.index.query import check_query
     from vsekit.index.scan import printable
     from vsekit.media.images import open_regular
 
@@ -55,16 +52,16 @@ def _search(args: argparse.Namespace) -> int:
         args.query = check_query(args.query)
     else:
         open_regular(args.image).close()  # a FIFO or a device is refused before any read
-    coll, model = open_collection(args.index, args.model)
+    index = open_index(args.index, args.model)  # the Python API's front door
     if args.query is not None:
-        emb, unknown = embed_query(model, args.query, coll.embedding_of)
+        unknown = index.unknown_words(args.query)
         if unknown:
             print(f"note: the model does not know {', '.join(unknown)}", file=sys.stderr)
-        hits = search_text_embedding(coll, model, emb, args.k, args.method, filters)
+        hits = index.search(args.query, args.k, args.method, filters)
     else:
-        hits = search_image(coll, model, args.image, args.k, args.method, filters)
+        hits = index.search(Path(args.image), args.k, args.method, filters)
     if not hits and filters:
-        print(f"note: no photo of the {len(coll):,} indexed matches the filters (dates come "
+        print(f"note: no photo of the {len(index):,} indexed matches the filters (dates come "
               "from EXIF, else from the file's modification time)", file=sys.stderr)  # fmt: skip
     # a name that is not UTF-8 is shown with its undecodable bytes as \xNN
     if args.json:

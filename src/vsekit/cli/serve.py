@@ -78,7 +78,7 @@ def is_wildcard(host: str) -> bool:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from vsekit.index.query import open_collection
+    from vsekit.index.api import open_index
     from vsekit.serve.app import create_app
     from vsekit.serve.guard import LOOPBACK, GuardConfig
 
@@ -97,7 +97,8 @@ def _serve(args: argparse.Namespace) -> int:
         if not Path(folder).expanduser().is_dir():
             raise ValueError(f"--watch: {folder}: not a folder")
     sock = bind(args.host, args.port)  # a busy port fails here, before any announcement
-    coll, model = open_collection(args.index, args.model)
+    index = open_index(args.index, args.model)  # the Python API's front door
+    coll, model = index.collection, index.model
     app = create_app(coll, model, guard=guard)
     for folder in args.watch:
         start_watcher(coll, model, folder)

@@ -15,9 +15,17 @@ from pathlib import Path
 
 from PIL import Image
 
+from vsekit.index.algebra import parse_query
 from vsekit.index.collection import Collection, Hit, UpdateReport, model_info
 from vsekit.index.filters import Filters
-from vsekit.index.query import open_collection, search_image, search_text, store_caches
+from vsekit.index.query import (
+    check_query,
+    check_words,
+    open_collection,
+    search_image,
+    search_text,
+    store_caches,
+)
 from vsekit.runtime import BaseModel, load_model
 
 
@@ -70,6 +78,16 @@ class PhotoIndex:
         if isinstance(query, str):
             return search_text(self.collection, self.model, query, k, method, filters)
         return search_image(self.collection, self.model, query, k, method, filters)
+
+    def unknown_words(self, query: str) -> list[str]:
+        """The words of a text query (each term of a sum) the model does not know: it
+        reads them as ``<unk>``. ValueError for a malformed query or a term whose words
+        it knows none of, as :meth:`search` would raise."""
+        out: list[str] = []
+        for term in parse_query(check_query(query)):  # words only: nothing is embedded
+            if term.text is not None:
+                out += check_words(self.model, term.text)
+        return out
 
     def close(self) -> None:
         self.collection.close()

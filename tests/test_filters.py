@@ -273,3 +273,28 @@ def test_filters_on_an_index_without_metadata_say_what_to_do(indexed, tmp_path):
     with pytest.raises(ValueError, match="run `vse index FOLDER` once"):
         coll.search(np.ones((1, DIM), np.float32), 3, filters=Filters.parse(camera="pixel"))
     assert len(coll.search(np.ones((1, DIM), np.float32), 3)[0]) == 3  # unfiltered: fine
+
+
+def test_search_by_image_takes_the_filters_too(indexed, tmp_path):
+    import io
+
+    from fastapi.testclient import TestClient
+
+    from tests.conftest import make_tiny_model
+    from vsekit.index import model_info
+    from vsekit.serve.app import create_app
+
+    model = make_tiny_model()
+    folder = Path(indexed.paths[0]).parent
+    coll = Collection(tmp_path / "idx", model_info(model, "tiny"))
+    coll.update(folder, model.encode_image, progress=False)
+    client = TestClient(create_app(coll, model), base_url="http://127.0.0.1")
+    buf = io.BytesIO()
+    Image.open(folder / "01.jpg").save(buf, "PNG")
+    files = {"file": ("q.png", buf.getvalue(), "image/png")}
+    r = client.post("/search/image", files=files, params={"k": 40, "camera": "pixel"})
+    want = {Path(p).name for p, k in zip(coll.snapshot.paths, Filters.parse(camera="pixel")
+                                         .files(coll.snapshot), strict=True) if k}  # fmt: skip
+    assert r.status_code == 200 and {h["name"] for h in r.json()["results"]} == want
+    r = client.post("/search/image", files=files, params={"after": "June"})
+    assert r.status_code == 400 and r.json()["error"].startswith("after:")

@@ -55,11 +55,22 @@ def search(
 
 @router.post("/search/image")
 def search_image(
-    svc: Svc, file: Annotated[UploadFile, File()], k: Annotated[int, Query(ge=1, le=MAX_K)] = 20
+    svc: Svc,
+    file: Annotated[UploadFile, File()],
+    k: Annotated[int, Query(ge=1, le=MAX_K)] = 20,
+    after: Annotated[str | None, Query(max_length=10)] = None,
+    before: Annotated[str | None, Query(max_length=10)] = None,
+    camera: Annotated[str | None, Query(max_length=100)] = None,
+    near: Annotated[str | None, Query(max_length=60)] = None,
 ) -> dict:
-    """Photos similar to an uploaded image (multipart ``file``)."""
+    """Photos similar to an uploaded image (multipart ``file``), among those the EXIF
+    filters keep (as for ``GET /search``)."""
+    try:
+        filters = Filters.parse(after, before, camera, near)
+    except ValueError as e:
+        raise ApiError(400, str(e)) from e
     im = svc.read_upload(file)
     with svc.backbone_slots:
         emb = svc.model.encode_image(im)
-    found = svc.hits(search_vector, emb, k)
+    found = svc.hits(search_vector, emb, k, filters=filters)
     return {"results": [hit_json(h, svc.roots_for_display()) for h in found]}

@@ -72,7 +72,10 @@ def embed_query(
     if len(terms) == 1 and terms[0].text is not None and terms[0].weight == 1:
         return model.encode_text([terms[0].text]), check_words(model, terms[0].text)
     if model.similarity_name != "cosine":
-        raise ValueError(f"query: sums of terms need a cosine model, not {model.similarity_name}")
+        raise ValueError(
+            f"query: sums of terms, #ID and photo terms need a cosine model, not "
+            f"{model.similarity_name}"
+        )
     unknown: list[str] = []
     for t in terms:
         if t.text is not None:

@@ -70,12 +70,17 @@ class CaptionPool:
         hub_done = self.model.hubness is None or self._penalty is not None
         return self._emb is not None and hub_done
 
-    def on_disk(self) -> bool:
-        """A cache file of these embeddings exists (not read here: verified when used)."""
-        stem = f"{self.model.fingerprint}-{self._key}"
+    def _cache_files(self, suffix: str) -> list:
+        """The cache files of these captions' ``suffix`` array (``<stem>-<16 hex>.npy``:
+        never another array's, whose names extend the same stem)."""
+        stem = f"{self.model.fingerprint}-{self._key}{suffix}"
         exact = re.compile(re.escape(stem) + r"-[0-9a-f]{16}\.npy$")
         folder = cache_dir() / "captions"
-        return self._cache and any(exact.match(p.name) for p in folder.glob(f"{stem}-*.npy"))
+        return [p for p in sorted(folder.glob(f"{stem}-*.npy")) if exact.match(p.name)]
+
+    def on_disk(self) -> bool:
+        """A cache file of these embeddings exists (not read here: verified when used)."""
+        return self._cache and bool(self._cache_files(""))
 
     def prepare(self) -> None:
         """Compute (or read from the verified cache) the embeddings and penalties, once:
@@ -88,13 +93,10 @@ class CaptionPool:
         caching): its content's sha256 is in its name, checked on every read."""
         folder = cache_dir() / "captions"
         stem = f"{self.model.fingerprint}-{self._key}{suffix}"
-        if self._cache:
-            exact = re.compile(re.escape(stem) + r"-[0-9a-f]{16}\.npy$")
-            for path in sorted(folder.glob(f"{stem}-*.npy")):
-                if exact.match(path.name):  # not another cache of these captions
-                    out = _read_verified(path, shape)
-                    if out is not None:
-                        return out
+        for path in self._cache_files(suffix) if self._cache else []:
+            out = _read_verified(path, shape)
+            if out is not None:
+                return out
         out = np.ascontiguousarray(compute(), np.float32)
         if not np.isfinite(out).all():
             raise ValueError(f"{self.name}: the model gave non-finite values")

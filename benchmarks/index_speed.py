@@ -36,9 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import record  # noqa: E402
 
 import vsekit  # noqa: E402
+from vsekit.bundle import bundle_dir  # noqa: E402
 from vsekit.index import Collection, model_info, scan_media  # noqa: E402
 from vsekit.index.collection import UpdateReport  # noqa: E402
-from vsekit.runtime.base import bundle_dir  # noqa: E402
 from vsekit.runtime.onnx_model import IMAGE_FILES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

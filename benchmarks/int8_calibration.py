@@ -5,7 +5,9 @@ bundle, calibrated on Flickr8k train images (200 by default, spread evenly). A v
 is ``METHOD[+stem|+head|+stem-head][+ma][+pre][@N]``: the calibration method (minmax,
 percentile, entropy), the nodes left in float (``--keep-float``), moving-average MinMax
 ranges (``--moving-average``), ONNX Runtime's pre-processing (``--preprocess``) and the
-number of calibration images. Fidelity is then
+number of calibration images, or ``@samples``: the photographs bundled with
+scikit-image instead of train images (what a build from a clean clone calibrates on,
+having no dataset). Fidelity is then
 measured on held-out train images (never used for calibration): the cosine between
 each image's int8 and fp32 (ONNX Runtime) embeddings, whether each image's fp32 nearest
 neighbour survives, and the rsum of retrieval among these images and their captions with
@@ -34,11 +36,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import record  # noqa: E402
 
 import vsekit  # noqa: E402
+from vsekit.bundle import bundle_dir  # noqa: E402
 from vsekit.lab.data import load_dataset  # noqa: E402
 from vsekit.lab.eval.retrieval import retrieval_metrics  # noqa: E402
 from vsekit.lab.torch_model import VSEModel  # noqa: E402
+from vsekit.lab.train.calibration import SAMPLES, sample_photos  # noqa: E402
 from vsekit.lab.train.onnx_export import export_onnx  # noqa: E402
-from vsekit.runtime.base import bundle_dir  # noqa: E402
 
 FLICKR8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k"
 OUT = Path("~/.cache/vsekit/models").expanduser()
@@ -88,14 +91,19 @@ def main() -> None:
         shutil.copytree(bundle_dir(args.model), bundle)
         # the calibration sweep's knobs are the exporter's arguments (research options,
         # not `vse model onnx` flags); the images are the CLI's rule: every step-th train image
-        n_cal = int(n or 200)
-        step = max(1, len(train.images) // n_cal)
-        export_onnx(VSEModel.load(bundle, device="cpu"), bundle,
-                    calibration=[im.path for im in train.images[::step][:n_cal]],
+        if n == SAMPLES:  # the photographs bundled with scikit-image (a clean clone's build)
+            cal = [str(p) for p in sample_photos()]
+        else:
+            n_cal = int(n or 200)
+            cal = [str(im.path) for im in train.images[:: max(1, len(train.images) // n_cal)]][
+                :n_cal
+            ]
+        export_onnx(VSEModel.load(bundle, device="cpu"), bundle, calibration=cal,
                     calibration_method=parts[0], keep_float=keep,
-                    moving_average="ma" in parts, preprocess="pre" in parts)  # fmt: skip
+                    moving_average="ma" in parts, preprocess="pre" in parts,
+                    calibration_source=n if n == SAMPLES else "flickr8k")  # fmt: skip
         # held-out images that this variant's calibration did not use
-        used = {str(im.path) for im in train.images[::step][:n_cal]}
+        used = set(cal)
         kept = np.array([str(p) not in used for p in held])
         q = vsekit.load_model(bundle, backend="onnx", precision="int8").encode_image(held)
         cos = (q * ref).sum(1)[kept]
@@ -121,7 +129,8 @@ def main() -> None:
         out_json,
         {
             "commands": commands,
-            "calibration": "N train images spread evenly (200 unless @N)",
+            "calibration": "N train images spread evenly (200 unless @N); @samples: the "
+            "photographs bundled with scikit-image",
             "held_out": (
                 "the 500 carved train images (train-val, seed 0) no member trained on"
                 if args.held_out == "slice"

@@ -32,10 +32,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import record  # noqa: E402
 
+from vsekit.bundle import bundle_dir  # noqa: E402
 from vsekit.index import scan_media  # noqa: E402
 from vsekit.media.images import load_image  # noqa: E402
 from vsekit.media.views import crop_views_array  # noqa: E402
-from vsekit.runtime.base import bundle_dir  # noqa: E402
 
 IMAGES = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k" / "images"
 

@@ -80,7 +80,11 @@ def _add_onnx(msub: argparse._SubParsersAction) -> None:
         help="write the int8 image graph alone, as the default (no image.onnx: half the "
         "image side's size; fp32 images then need the torch backend or a re-export)",
     )
-    ox.add_argument("--calibrate", help="dataset whose train split calibrates int8")
+    ox.add_argument(
+        "--calibrate",
+        help="dataset whose train split calibrates int8, or `samples`: the photographs "
+        "bundled with scikit-image (what a build from a clean clone uses)",
+    )
     ox.add_argument("--calibration-images", type=positive_int, default=200)
     ox.add_argument(
         "--calibration-method",
@@ -109,40 +113,9 @@ def _add_expand_vocab(msub: argparse._SubParsersAction) -> None:
 
 
 def _model_expand_vocab(args: argparse.Namespace) -> int:
-    from vsekit.bundle import write_expansion
-    from vsekit.lab.models.factory import word_encoders
-    from vsekit.lab.text.glove import load_glove
-    from vsekit.lab.torch_model import VSEModel
-    from vsekit.lab.train.onnx_export import export_onnx
-    from vsekit.text.expansion import expand_vocabulary
+    from vsekit.lab.encoders import expand_vocab
 
-    model = VSEModel.load(args.bundle, device="cpu")
-    if model.expansion is not None:
-        if args.if_missing:
-            print(f"{model.path}: already expanded ({len(model.expansion[0]):,} words)")
-            return 0
-        raise ValueError(f"{model.path}: the vocabulary is already expanded")
-    encs = word_encoders(model.model)
-    if not encs:
-        raise ValueError(f"{model.path}: no word-level text encoder to expand")
-    index, vectors = load_glove()
-    fits = {p: expand_vocabulary(e.vocab, e.embed.weight.detach().cpu().numpy(), index, vectors,
-                                 args.top, args.ridge) for p, e in encs}  # fmt: skip
-    exp = fits[encs[0][0]]  # the words depend only on the (shared) vocabulary and GloVe
-    if len(encs) > 1:  # an ensemble: one map per member's learned word space
-        exp.vectors = {p: f.vectors for p, f in fits.items()}
-        exp.info = dict(exp.info, members={p: f.info for p, f in fits.items()})
-    onnx_meta = model.path / "onnx.json"
-    prev = json.loads(onnx_meta.read_text()) if onnx_meta.is_file() else None
-    write_expansion(model.path, exp.words, exp.vectors, exp.info)
-    if prev is not None:  # the text graph holds the word table: make it again
-        export_onnx(VSEModel.load(model.path, device="cpu"), model.path,
-                    text_int8=prev.get("text_storage") == "int8")  # fmt: skip
-    print(
-        f"{model.path}: {len(exp.words):,} words added (map fitted on {exp.info['fitted_on']:,} "
-        f"training words, held-out R^2 {exp.info['r2_held_out']:.3f})"
-        + ("; ONNX files re-made (add --int8 again if you used it)" if prev else "")
-    )
+    print(expand_vocab(args.bundle, args.top, args.ridge, args.if_missing))
     return 0
 
 
@@ -201,12 +174,10 @@ def _model_onnx(args: argparse.Namespace) -> int:
             raise ValueError(f"--{flag.replace('_', '-')} needs --int8")
     if args.int8:
         if not args.calibrate:
-            raise ValueError("--int8 needs --calibrate DATASET (its train split)")
-        from vsekit.lab.data import load_dataset
+            raise ValueError("--int8 needs --calibrate DATASET (its train split) or samples")
+        from vsekit.lab.train.calibration import calibration_images
 
-        train = load_dataset(args.calibrate).split("train")
-        step = max(1, len(train.images) // args.calibration_images)
-        calibration = [im.path for im in train.images[::step][: args.calibration_images]]
+        calibration = calibration_images(args.calibrate, args.calibration_images)
     meta = export_onnx(
         model,
         model.path,
@@ -216,6 +187,7 @@ def _model_onnx(args: argparse.Namespace) -> int:
         int8_default=args.int8_default,
         int8_only=args.int8_only,
         text_int8=args.text_int8,
+        calibration_source=None if not args.int8 else Path(args.calibrate).name,
     )
     for name in meta["sha256"]:
         size = (model.path / name).stat().st_size / 1e6

@@ -294,6 +294,7 @@ def export_onnx(
     int8_default: bool = False,
     text_int8: bool = False,
     int8_only: bool = False,
+    calibration_source: str | None = None,
 ) -> dict:
     """Write ``image.onnx``, ``text.onnx`` and ``onnx.json`` into the bundle ``out``.
     ``storage``: ``fp16`` (weights stored half, computed in float32) or ``fp32``.
@@ -304,7 +305,8 @@ def export_onnx(
     ``image.onnx`` (a stale one is removed): the bundle's image side at half the size,
     for a wheel; fp32 image embeddings then need the torch backend or a re-export.
     ``text_int8``: the text graph's pretrained transformer
-    quantised dynamically (:func:`quantize_pretrained_int8`)."""
+    quantised dynamically (:func:`quantize_pretrained_int8`). ``calibration_source``: what
+    the calibration images are (a dataset's name, or ``samples``), recorded in onnx.json."""
     if storage not in ("fp16", "fp32"):
         raise ValueError(f"storage: use fp16 | fp32, not {storage!r}")
     if (int8_default or int8_only) and not calibration:
@@ -373,6 +375,7 @@ def export_onnx(
             "text_vocab": len(words.vocab) if (words := vse._word_encoder()) else None}  # fmt: skip
     if calibration:
         meta["int8"] = {"calibration_images": len(calibration),
+                        "calibration_source": calibration_source,
                         "calibration_method": calibration_method, "float_nodes": kept,
                         "moving_average": moving_average, "preprocess": preprocess}  # fmt: skip
     atomic_write(out / "onnx.json", json.dumps(meta, indent=2) + "\n")

@@ -1,0 +1,131 @@
+"""From a bundle's weights to the files ONNX Runtime serves: the vocabulary expansion
+and the ONNX encoders. ``scripts/setup`` (through the CLI) and the build of a wheel from
+a clean clone (``build_backend/``) run these same steps, so both make the default model's
+encoders one way; they differ only in the calibration photos of the int8 image graph."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from vsekit.lab.torch_model import VSEModel
+
+# the shipped default's export: scripts/onnx_default and the wheel build
+DEFAULT_EXPORT = {"int8_only": True, "text_int8": True, "calibration_method": "percentile"}
+DEFAULT_CALIBRATION_IMAGES = 48
+DEFAULT_EXPANSION_TOP = 60_000
+
+
+def expand_vocab(bundle: str | Path, top: int = DEFAULT_EXPANSION_TOP, ridge: float = 1e-2,
+                 if_missing: bool = False) -> str:  # fmt: skip
+    """Give the words GloVe has and the captions never used vectors in each member's word
+    space (a ridge map fitted on the training words; Kiros et al. 2014). A bundle with ONNX
+    files gets them made again with its recorded settings (the text graph holds the word
+    table), int8 calibration included. Returns a one-line summary."""
+    from vsekit.bundle import write_expansion
+    from vsekit.lab.models.factory import word_encoders
+    from vsekit.lab.text.glove import load_glove
+    from vsekit.text.expansion import expand_vocabulary
+
+    model = VSEModel.load(bundle, device="cpu")
+    if model.expansion is not None:
+        if if_missing:
+            return f"{model.path}: already expanded ({len(model.expansion[0]):,} words)"
+        raise ValueError(f"{model.path}: the vocabulary is already expanded")
+    encs = word_encoders(model.model)
+    if not encs:
+        raise ValueError(f"{model.path}: no word-level text encoder to expand")
+    index, vectors = load_glove()
+    fits = {p: expand_vocabulary(e.vocab, e.embed.weight.detach().cpu().numpy(), index, vectors,
+                                 top, ridge) for p, e in encs}  # fmt: skip
+    exp = fits[encs[0][0]]  # the words depend only on the (shared) vocabulary and GloVe
+    if len(encs) > 1:  # an ensemble: one map per member's learned word space
+        exp.vectors = {p: f.vectors for p, f in fits.items()}
+        exp.info = dict(exp.info, members={p: f.info for p, f in fits.items()})
+    onnx_meta = model.path / "onnx.json"
+    prev = json.loads(onnx_meta.read_text()) if onnx_meta.is_file() else None
+    write_expansion(model.path, exp.words, exp.vectors, exp.info)
+    note = ""
+    if prev is not None:
+        note = "; ONNX files re-made with their recorded settings"
+        remake_encoders(model.path, prev)
+    return (
+        f"{model.path}: {len(exp.words):,} words added (map fitted on "
+        f"{exp.info['fitted_on']:,} training words, held-out R^2 "
+        f"{exp.info['r2_held_out']:.3f}){note}"
+    )
+
+
+def remake_encoders(bundle: Path, prev: dict) -> dict:
+    """Export ``bundle`` again as its previous ``onnx.json`` (``prev``) describes it."""
+    from vsekit.lab.train.calibration import SAMPLES, calibration_images
+    from vsekit.lab.train.onnx_export import export_onnx
+
+    int8 = prev.get("int8") or {}
+    calibration = None
+    if int8:
+        source = int8.get("calibration_source")
+        if not source:
+            raise ValueError(
+                f"{bundle}/onnx.json: its int8 graph records no calibration source; run "
+                "`vse model onnx` again with --int8 --calibrate"
+            )
+        if source != SAMPLES:  # a dataset, recorded by name: find it again
+            data = os.environ.get("VSEKIT_CALIBRATION_DATA", "")
+            if Path(data).name != source:
+                raise ValueError(
+                    f"{bundle}/onnx.json: its int8 graph was calibrated on {source}; set "
+                    "VSEKIT_CALIBRATION_DATA to that dataset's folder to make it again"
+                )
+            source = data
+        calibration = calibration_images(source, int(int8["calibration_images"]))
+    only = prev.get("default_precision") == "int8" and "image.onnx" not in prev["sha256"]
+    return export_onnx(
+        VSEModel.load(bundle, device="cpu"), bundle, storage=prev.get("storage", "fp16"),
+        calibration=calibration, calibration_method=int8.get("calibration_method", "minmax"),
+        int8_default=prev.get("default_precision") == "int8", int8_only=only,
+        text_int8=prev.get("text_storage") == "int8",
+        calibration_source=int8.get("calibration_source"),
+    )  # fmt: skip
+
+
+def make_default_encoders(bundle: str | Path, calibration: str = "samples") -> dict:
+    """The shipped default's ONNX files, as ``scripts/onnx_default`` makes them: the text
+    graph (MiniLM's products in int8, the rest fp16-stored) and the int8 image graph,
+    calibrated on ``calibration`` (a dataset's train split, or ``samples``)."""
+    from vsekit.lab.train.calibration import calibration_images
+    from vsekit.lab.train.onnx_export import export_onnx
+
+    images = calibration_images(calibration, DEFAULT_CALIBRATION_IMAGES)
+    return export_onnx(
+        VSEModel.load(bundle, device="cpu"), bundle, calibration=images,
+        calibration_source=Path(calibration).name, **DEFAULT_EXPORT,
+    )  # fmt: skip
+
+
+def build_default() -> None:
+    """What a wheel build from a clean clone runs (``build_backend/vsekit_build.py``):
+    the backbone's weights (fetched once into the cache), the vocabulary expansion and
+    the encoders of the default bundle in this source tree, calibrated on
+    ``$VSEKIT_CALIBRATION_DATA`` (a dataset's folder) or else on the sample photos."""
+    import sys
+
+    import vsekit
+    from vsekit.lab.features import install_weights
+    from vsekit.lab.train.calibration import SAMPLES
+
+    bundle = Path(vsekit.__file__).parent / "assets" / "default"
+    steps = ("ResNet-50 weights", "vocabulary expansion", "ONNX encoders")
+
+    def step(k: int) -> None:
+        print(f"vsekit build [{k + 1}/{len(steps)}]: {steps[k]}", file=sys.stderr, flush=True)
+
+    step(0)
+    print(f"  {install_weights('resnet50')}", file=sys.stderr)
+    step(1)
+    print(f"  {expand_vocab(bundle, if_missing=True)}", file=sys.stderr)
+    step(2)
+    meta = make_default_encoders(bundle, os.environ.get("VSEKIT_CALIBRATION_DATA") or SAMPLES)
+    print(f"  {', '.join(meta['sha256'])}: int8 calibrated on "
+          f"{meta['int8']['calibration_source']}", file=sys.stderr)  # fmt: skip

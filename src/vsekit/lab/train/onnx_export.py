@@ -199,6 +199,9 @@ def quantize_image_int8(
     from vsekit.media.images import load_image
     from vsekit.media.views import crop_views_array, decode_size
 
+    # equal batches: the histogram collectors stack every batch's outputs into one array
+    batch = max(d for d in range(1, batch + 1) if len(calibration) % d == 0)
+
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
             self.batches = iter(range(0, len(calibration), batch))

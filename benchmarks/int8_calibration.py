@@ -19,7 +19,7 @@ protocol: optimistic rsums). The variant with the smallest cost is the one to ev
 dev, once, with ``benchmarks/default_model.py``.
 
 Run: python benchmarks/int8_calibration.py [--model BUNDLE] [--held-out slice|train]
-[--methods minmax minmax+stem percentile@64]   (BUNDLE: one with the fp32 image graph)
+[--methods minmax minmax+stem percentile@64] [--out JSON]   (BUNDLE: one with the fp32 image graph)
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ def main() -> None:
     ap.add_argument("--fresh", action="store_true", help="drop the rows of earlier runs")
     ap.add_argument("--model", default="default", help="bundle with the fp32 image graph")
     ap.add_argument("--held-out", choices=("slice", "train"), default="slice")
+    ap.add_argument("--out", help="results JSON (default: int8_calibration[_slice].json here)")
     args = ap.parse_args()
     ds = load_dataset(FLICKR8K)
     train = ds.split("train")
@@ -77,7 +78,11 @@ def main() -> None:
     c2i = sub.caption_to_image
     nn_ref = np.argsort(-(ref @ ref.T), axis=1)[:, 1]
     here = Path(__file__)  # each protocol keeps its own rows
-    out_json = here.with_name(here.stem + ("_slice" if args.held_out == "slice" else "") + ".json")
+    out_json = (
+        Path(args.out)
+        if args.out
+        else here.with_name(here.stem + ("_slice" if args.held_out == "slice" else "") + ".json")
+    )
     old = json.loads(out_json.read_text()) if out_json.is_file() else {}
     rows = dict(old.get("methods", {})) if not args.fresh else {}  # rows of earlier runs
     commands = list(old.get("commands", [])) if not args.fresh else []

@@ -405,8 +405,9 @@ def test_cli_index_search_annotate(tmp_path, capsys):
 
 def test_faiss_index_is_stored_by_the_writer_and_reused(tmp_path, monkeypatch):
     """A FAISS search writes nothing (it builds in memory); the writer's store_caches
-    saves the index, later searches load it (no rebuild), and a stale one is replaced."""
-    from vsekit.index import collection
+    saves the index, later searches load it (no training), deleted photos never come
+    back from it, and new ones are added to it without training again."""
+    from vsekit.index import caches
 
     photos = tmp_path / "p"
     for i in range(30):
@@ -422,17 +423,25 @@ def test_faiss_index_is_stored_by_the_writer_and_reused(tmp_path, monkeypatch):
     assert len(saved) == 1
 
     def no_build(*a, **kw):
-        raise AssertionError("rebuilt instead of loading the stored index")
+        raise AssertionError("trained again instead of loading the stored index")
 
-    monkeypatch.setattr(collection, "FaissSearcher", no_build)
+    monkeypatch.setattr(caches, "new_faiss", no_build)
     again = Collection(tmp_path / "idx").search(q, k=5, method="faiss")[0]
     assert [h.id for h in again] == [h.id for h in first] == [h.id for h in exact]
-    monkeypatch.undo()
-    (photos / "0.png").unlink()
+    (photos / "3.png").unlink()  # the best hit goes
     coll.update(photos, CountingEmbedder(), progress=False)
-    coll.store_caches(faiss=True)
+    coll.store_caches(faiss=True)  # nothing new to add: the stored file stays
+    assert list((tmp_path / "idx").glob("faiss-*.index")) == saved
+    gone = Collection(tmp_path / "idx").search(q, k=29, method="faiss")[0]
+    assert len(gone) == 29 and exact[0].id not in [h.id for h in gone]
+    assert [h.id for h in gone] == [h.id for h in coll.search(q, k=29, method="exact")[0]]
+    write_image(photos / "new.png", seed=99)
+    coll.update(photos, CountingEmbedder(), progress=False)
+    coll.store_caches(faiss=True)  # grown by one row, not trained again
     now = list((tmp_path / "idx").glob("faiss-*.index"))
-    assert len(now) == 1 and now != saved  # the stale index was replaced
+    assert len(now) == 1 and now != saved
+    grown = Collection(tmp_path / "idx").search(q, k=30, method="faiss")[0]
+    assert "new.png" in {Path(h.path).name for h in grown} and len(grown) == 30
 
 
 def test_bundle_tagger_roundtrip_and_ranking(tmp_path):

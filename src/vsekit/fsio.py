@@ -213,12 +213,17 @@ class RowFile:
     def __init__(self, path: str | os.PathLike, dim: int) -> None:
         self.path = Path(path)
         self.dim = int(dim)
+        self.row_bytes = self.dim * 4  # a subclass storing rows otherwise changes both
         self._fh = None
+
+    def encode(self, block) -> bytes:
+        """The bytes of ``block`` (``[n, dim]`` float32) as the file stores them."""
+        return block.tobytes()
 
     def rows_on_disk(self) -> int:
         """Whole rows the file holds (0 when it does not exist)."""
         try:
-            return self.path.stat().st_size // (self.dim * 4)
+            return self.path.stat().st_size // self.row_bytes
         except FileNotFoundError:
             return 0
 
@@ -237,7 +242,7 @@ class RowFile:
         its folder, so that the file survives a power cut before it is committed)."""
         new = not self.path.exists()
         with self._named(), open(self.path, "ab") as fh:
-            fh.truncate(int(rows) * self.dim * 4)
+            fh.truncate(int(rows) * self.row_bytes)
             os.fsync(fh.fileno())
         if new:
             fsync_dir(self.path.parent)
@@ -252,7 +257,7 @@ class RowFile:
         with self._named():
             if self._fh is None:
                 self._fh = open(self.path, "ab")  # noqa: SIM115  (closed by sync)
-            self._fh.write(block.tobytes())
+            self._fh.write(self.encode(block))
 
     def sync(self) -> None:
         """Flush and fsync what was appended, and close the file."""

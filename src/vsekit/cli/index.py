@@ -57,6 +57,18 @@ def _add_index(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="keep what a damaged index still holds and re-embed only what is missing",
     )
+    p.add_argument(
+        "--storage",
+        choices=("f32", "int8"),
+        help="how a new index stores its embeddings: f32 (the default), or int8 (a quarter "
+        "of the disk, for collections beyond RAM; with --rebuild, converts an index)",
+    )
+    p.add_argument(
+        "--max-ram",
+        metavar="SIZE",
+        help="RAM budget of the search structure (e.g. 4G, the default; recorded): above "
+        "half of it in float32 rows, FAISS IVF-PQ, re-ranked from the rows on disk",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument(
         "--no-caption-pool",
@@ -98,11 +110,23 @@ def _index(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.folder}: not a folder")
     if args.rebuild and args.repair:
         raise ValueError("--rebuild and --repair: choose one")
+    from vsekit.index.ann import parse_size
+    from vsekit.index.store import storage_of
+
+    budget = parse_size(args.max_ram) if args.max_ram else None
+    existing = storage_of(index)
+    if args.storage and existing and args.storage != existing and not args.rebuild:
+        raise ValueError(
+            f"{index}: stores its embeddings as {existing}; add --rebuild to store them as "
+            f"{args.storage}"
+        )
     model = load_model(args.model)
-    info = model_info(model, args.model)
+    info = dict(model_info(model, args.model), storage=args.storage or existing or "f32")
 
     def fill(coll: Collection):
         t1 = time.perf_counter()
+        if budget is not None:
+            coll.store.set_ann_budget(budget)
         rep = coll.update(
             args.folder,
             model.encode_image,

@@ -94,15 +94,19 @@ class PhotoIndex:
 
 
 def open_index(
-    path: str | os.PathLike, model: str | None = None, create: bool = False
+    path: str | os.PathLike,
+    model: str | None = None,
+    create: bool = False,
+    storage: str = "f32",
 ) -> PhotoIndex:
     """The index at ``path`` with the model it was built with (or ``model``, which must
     have the same fingerprint). ``create=True`` makes a new, empty index for ``model``
-    (default: the shipped default model) when ``path`` holds none."""
+    (default: the shipped default model) when ``path`` holds none, storing its rows as
+    ``storage`` (``f32``, or ``int8``: a quarter of the disk, for collections beyond RAM)."""
     path = Path(path).expanduser()
     if create and not (path / "index.sqlite").exists():
         name = model or "default"
         m = load_model(name)
-        return PhotoIndex(Collection(path, model_info(m, name)), m, name)
+        return PhotoIndex(Collection(path, dict(model_info(m, name), storage=storage)), m, name)
     coll, m = open_collection(path, model)
     return PhotoIndex(coll, m, model or coll.model_name)

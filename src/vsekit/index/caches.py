@@ -1,4 +1,6 @@
-"""Derived caches of an index: each photo's hubness penalty and the FAISS index.
+"""Derived caches of an index: each photo's hubness penalty and the FAISS index (which
+grows with the collection: rows added since it was stored are added to it, and it is
+trained again only when stale).
 
 Only a writer (``vse index``, under the index's lock) writes them: the file atomically,
 then a record in ``meta`` (``cache:...``: file, generation, rows, sha256) in one
@@ -18,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from vsekit.fsio import atomic_write
-from vsekit.index.search import FaissSearcher
+from vsekit.index.ann import DEFAULT_MAX_RAM, FaissSearcher, choose_spec, is_stale
 from vsekit.index.snapshot import Snapshot
 from vsekit.index.store import set_meta
 from vsekit.progress import progress_bar
@@ -89,33 +91,79 @@ def write_penalties(
     return pen
 
 
-def _faiss_name(snap: Snapshot) -> str:
-    return f"faiss-{snap.generation}-{snap.n_rows}-{len(snap)}.index"
+def _faiss_name(generation: int, fs: FaissSearcher) -> str:
+    return f"faiss-{generation}-{fs.rows_seen}-{fs.n}.index"
 
 
-def cached_faiss(index: Path, snap: Snapshot) -> FaissSearcher | None:
-    """The stored FAISS index of exactly this snapshot's rows, verified, or None."""
+def ann_budget(snap: Snapshot) -> int:
+    """The RAM budget of the index's ANN structure (``vse index --max-ram``, recorded)."""
+    return int(snap.meta.get("ann_max_ram", DEFAULT_MAX_RAM))
+
+
+def _load_faiss(index: Path, snap: Snapshot) -> FaissSearcher | None:
+    """The stored FAISS index of this generation, verified, as stored (it may lack the
+    newest rows, and hold rows deleted since), or None."""
     rec = _record(snap, "faiss")
-    if not rec or rec["file"] != _faiss_name(snap):
+    if not rec or rec.get("generation") != snap.generation:
+        return None
+    if "rows_seen" not in rec:  # written before indexes grew: exactly one state's rows
+        if rec["file"] != f"faiss-{snap.generation}-{snap.n_rows}-{len(snap)}.index":
+            return None
+        rec = dict(rec, rows_seen=snap.n_rows, trained_on=snap.n_live)
+    if rec["rows_seen"] > snap.n_rows:
         return None
     f = index / rec["file"]
     try:
         if _sha256(f) != rec["sha256"]:
             return None
-        return FaissSearcher.load(f)
-    except (OSError, RuntimeError):
+        return FaissSearcher.load(f, rec.get("nprobe"), rec.get("spec"), rec["trained_on"],
+                                  rec["rows_seen"])  # fmt: skip
+    except (OSError, RuntimeError, KeyError):
         return None
 
 
+def _add_new_rows(fs: FaissSearcher, snap: Snapshot) -> None:
+    """Add the live rows written since ``fs`` last grew (no training)."""
+    fresh = np.flatnonzero(snap.live[fs.rows_seen :]) + fs.rows_seen
+    fs.add(snap.emb, fresh)
+    fs.rows_seen = snap.n_rows
+
+
+def cached_faiss(index: Path, snap: Snapshot) -> FaissSearcher | None:
+    """The stored FAISS index of this snapshot's generation, verified, with the rows
+    added since it was stored added in memory (nothing is written), or None when there
+    is none or it was trained for another budget's structure or on too small a sample."""
+    fs = _load_faiss(index, snap)
+    spec, _ = choose_spec(snap.n_live, snap.dim, ann_budget(snap))
+    if fs is None or fs.spec != spec or is_stale(fs, snap.n_live):
+        return None
+    _add_new_rows(fs, snap)
+    return fs
+
+
+def new_faiss(snap: Snapshot) -> FaissSearcher:
+    """A FAISS index of ``snap``'s live rows, trained on them (:func:`choose_spec`)."""
+    spec, nprobe = choose_spec(snap.n_live, snap.dim, ann_budget(snap))
+    return FaissSearcher(snap.emb, snap.live, spec=spec, nprobe=nprobe)
+
+
 def write_faiss(index: Path, w: sqlite3.Connection, snap: Snapshot) -> None:
-    """Build and store the FAISS index of ``snap`` (the writer's, under its lock)."""
-    if cached_faiss(index, snap) is not None:
-        return
-    name = _faiss_name(snap)
-    with progress_bar(len(snap), "FAISS index (once per change)", "row") as bar:
-        FaissSearcher(snap.emb, snap.live).save(index / name)  # a few seconds a million rows
-        bar.update(len(snap))
-    rec = {"file": name, "generation": snap.generation, "sha256": _sha256(index / name)}
+    """Store the FAISS index of ``snap`` (the writer's, under its lock): the stored one
+    grown by the rows added since, or a new one when there is none, the budget calls
+    for another structure, or it is stale (:func:`vsekit.index.ann.is_stale`)."""
+    rec = _record(snap, "faiss") or {}
+    fs = cached_faiss(index, snap)
+    if fs is not None and rec.get("file") == _faiss_name(snap.generation, fs):
+        return  # nothing new
+    if fs is None:
+        with progress_bar(snap.n_live, "FAISS index (trained once, then grown)", "row") as bar:
+            fs = new_faiss(snap)  # a few seconds a million rows for IVF-Flat
+            bar.update(snap.n_live)
+    name = _faiss_name(snap.generation, fs)
+    fs.save(index / name)
+    rec = {"file": name, "generation": snap.generation, "sha256": _sha256(index / name),
+           "spec": fs.spec, "nprobe": fs.nprobe, "trained_on": fs.trained_on,
+           "rows_seen": fs.rows_seen}  # fmt: skip
     with w:
         set_meta(w, **{"cache:faiss": json.dumps(rec)})
     for old in index.glob(f"faiss-{snap.generation}-*.index"):  # this generation's

@@ -282,7 +282,7 @@ class Collection:
 
     def _faiss_for(self, snap: Snapshot) -> FaissSearcher:
         if self._faiss is None or self._faiss[0] != snap.key:
-            fs = caches.cached_faiss(self.path, snap) or FaissSearcher(snap.emb, snap.live)
+            fs = caches.cached_faiss(self.path, snap) or caches.new_faiss(snap)
             self._faiss = (snap.key, fs)
         return self._faiss[1]
 

@@ -1,4 +1,5 @@
-"""Top-k search over a matrix of embeddings: exact (chunked matrix products) or FAISS.
+"""Top-k search over a matrix of embeddings: exact (chunked matrix products) or FAISS
+(:mod:`vsekit.index.ann`: IVF-Flat in RAM, or IVF-PQ re-ranked from the rows on disk).
 
 Both take database rows ``emb[N, D]`` (may be a read-only memmap), queries ``q[Q, D]``
 and return ``(scores[Q, k'], rows[Q, k'])`` sorted by decreasing score, with
@@ -11,6 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from vsekit.index.ann import FAISS_MIN_ROWS, FaissSearcher
 from vsekit.topk import EXACT_CHUNK, ScoreFn, dot_scores, exact_search
 
 __all__ = [
@@ -24,102 +26,21 @@ __all__ = [
     "search_snapshot",
 ]
 
-FAISS_MIN_ROWS = 100_000  # "auto" switches to FAISS from this many live rows
-
-
-class FaissSearcher:
-    """Approximate inner-product search with a FAISS inverted-file index (IVF-Flat).
-
-    ``nlist`` defaults to ``sqrt(N)`` clusters, trained on 40 sampled points per
-    cluster; a query visits ``nprobe`` of them. Collections with fewer than 39 points
-    per cluster fall back to ``IndexFlatIP``, which is exact. Only live rows are
-    added, under their row number, so results map straight back to the index.
-    """
-
-    def __init__(
-        self,
-        emb: np.ndarray,
-        live: np.ndarray | None = None,
-        nlist: int | None = None,
-        nprobe: int = 32,
-        seed: int = 0,
-        add_chunk: int = 262_144,
-    ) -> None:
-        import faiss
-
-        n, d = emb.shape
-        rows = np.arange(n) if live is None else np.flatnonzero(live[:n])
-        self.n = len(rows)
-        nlist = nlist or max(1, int(np.sqrt(self.n)))
-        if self.n < 39 * nlist:
-            self.index = faiss.IndexIDMap(faiss.IndexFlatIP(d))
-        else:
-            quantizer = faiss.IndexFlatIP(d)
-            ivf = faiss.IndexIVFFlat(quantizer, d, nlist, faiss.METRIC_INNER_PRODUCT)
-            rng = np.random.default_rng(seed)
-            sample = np.sort(rng.choice(rows, size=min(self.n, 40 * nlist), replace=False))
-            ivf.train(np.ascontiguousarray(emb[sample], dtype=np.float32))
-            ivf.nprobe = nprobe
-            self.index = ivf
-        for a in range(0, len(rows), add_chunk):
-            r = rows[a : a + add_chunk]
-            self.index.add_with_ids(np.ascontiguousarray(emb[r], dtype=np.float32), r)
-
-    def save(self, path) -> None:
-        """Write the FAISS index atomically (written beside, then renamed)."""
-        import faiss
-
-        from vsekit.fsio import atomic_write
-
-        atomic_write(path, lambda tmp: faiss.write_index(self.index, str(tmp)))
-
-    @classmethod
-    def load(cls, path, nprobe: int = 32) -> FaissSearcher:
-        import faiss
-
-        self = cls.__new__(cls)
-        self.index = faiss.read_index(str(path))
-        self.n = int(self.index.ntotal)
-        if hasattr(self.index, "nprobe"):
-            self.index.nprobe = nprobe
-        return self
-
-    def search(
-        self, q: np.ndarray, k: int, allowed: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """``(scores, rows)`` of the ``k`` best rows (``-1`` pads when fewer exist);
-        ``allowed``: ``[rows]`` bool, search only those (a filter), through a FAISS
-        bitmap ID selector (one bit a row)."""
-        import faiss
-
-        k = min(k, self.n)
-        if k == 0:
-            return np.zeros((len(q), 0), np.float32), np.zeros((len(q), 0), np.int64)
-        params, bits_alive = None, None
-        if allowed is not None:
-            bits = np.packbits(np.asarray(allowed, bool), bitorder="little")
-            sel = faiss.IDSelectorBitmap(len(bits), faiss.swig_ptr(bits))  # size in bytes
-            bits_alive = bits
-            if hasattr(self.index, "nprobe"):
-                params = faiss.SearchParametersIVF(sel=sel, nprobe=self.index.nprobe)
-            else:
-                params = faiss.SearchParameters(sel=sel)
-        s, r = self.index.search(np.ascontiguousarray(q, dtype=np.float32), k, params=params)
-        del bits_alive  # the selector reads the bitmap until the search returns
-        return s, r
-
 
 def rerank(
-    emb: np.ndarray, q: np.ndarray, cand: np.ndarray, bias: np.ndarray, k: int
+    emb, q: np.ndarray, cand: np.ndarray, bias: np.ndarray | None, k: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Re-score candidate rows ``cand[Q, c]`` (``-1``: none) by ``q . emb[row] +
-    bias[row]`` and keep the best ``k`` per query, sorted (FAISS candidates under a
-    per-row bias); padded with ``-inf`` / ``-1`` when fewer candidates exist."""
+    bias[row]`` (``bias`` None: no bias) and keep the best ``k`` per query, sorted: FAISS
+    candidates under a per-row bias, or IVF-PQ's approximate candidates re-scored with
+    the full rows; padded with ``-inf`` / ``-1`` when fewer candidates exist."""
     out_s = np.full((len(q), k), -np.inf, np.float32)
     out_r = np.full((len(q), k), -1, np.int64)
     for j, (qv, rows) in enumerate(zip(q, cand, strict=True)):
         rows = np.sort(rows[rows >= 0])
-        s = np.asarray(emb[rows], np.float32) @ qv + bias[rows]
+        s = np.asarray(emb[rows], np.float32) @ qv
+        if bias is not None:
+            s = s + bias[rows]
         order = np.lexsort((rows, -s))[:k]
         out_s[j, : len(order)], out_r[j, : len(order)] = s[order], rows[order]
     return out_s, out_r
@@ -162,12 +83,15 @@ def search_snapshot(
             raise ValueError("FAISS search needs a FAISS index")
         searcher = faiss()
         sel = None if allowed is None else live
+        # an index grown row by row also holds rows deleted since: keep to the live ones
+        bits = snap.live_bits if allowed is None and searcher.n != n_live else None
 
         def top_rows(k_rows: int):
-            if bias is None:
-                s, r = searcher.search(q, k_rows, sel)
-            else:
-                _, cand = searcher.search(q, min(4 * k_rows + 100, n_live), sel)
+            if bias is None and not searcher.approximate:
+                s, r = searcher.search(q, k_rows, sel, bits)
+            else:  # re-score candidates with the full rows (and the bias)
+                n_cand = max(4 * k_rows + 100, searcher.rerank if searcher.approximate else 0)
+                _, cand = searcher.search(q, min(n_cand, n_live), sel, bits)
                 s, r = rerank(snap.emb, q, cand, bias, k_rows)
             if sel is not None and ((r >= 0).sum(1) < min(k_rows, n_live)).any():
                 # an inverted file visits only some lists: a narrow filter can leave

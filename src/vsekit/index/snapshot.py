@@ -9,12 +9,14 @@ snapshot from start to end, so it never mixes two states of the index.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from vsekit.index.rows import emb_path, open_rows
 from vsekit.topk import dot_scores
 
 
@@ -27,17 +29,14 @@ class Hit:
     end: float | None = None
 
 
-def emb_path(index: Path, generation: int) -> Path:
-    """The embeddings file of a generation (``emb-<gen>.f32``: float32 rows)."""
-    return index / f"emb-{generation}.f32"
-
-
 @dataclass(eq=False)
 class Snapshot:
     """The committed state of an index at one moment.
 
     ``ids``, ``paths``, ``rows``, ``stamps`` (size, mtime_ns): one entry per file, by id.
-    ``emb``: ``[n_rows, dim]`` float32 (memory-mapped). ``live``: ``[n_rows]`` rows in use.
+    ``emb``: ``[n_rows, dim]`` float32 rows (memory-mapped; with ``int8`` storage an
+    :class:`~vsekit.index.rows.Int8Rows` that dequantises the rows it is asked for).
+    ``live``: ``[n_rows]`` rows in use.
     ``row_to_pos``: row -> file position; ``row_start``/``row_end``: a segment row's times
     (NaN for whole-file rows); ``segment_rows``: file position -> its segments' rows.
     ``key`` identifies the state: equal keys, equal snapshots.
@@ -66,6 +65,11 @@ class Snapshot:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    @functools.cached_property
+    def live_bits(self) -> np.ndarray:
+        """``live`` packed one bit a row (little-endian), for FAISS's bitmap selector."""
+        return np.packbits(self.live, bitorder="little")
 
     @property
     def n_live(self) -> int:
@@ -174,9 +178,10 @@ def read_snapshot(db: sqlite3.Connection, index: Path, dim: int) -> Snapshot:
         files = db.execute("SELECT id, path, row, size, mtime_ns FROM files ORDER BY id").fetchall()
         seg = np.array(_segments(db), np.float64).reshape(-1, 4)
         pmeta = _photo_meta(db)
-        f = emb_path(index, gen)
+        storage = meta.get("storage", "f32")
+        f = emb_path(index, gen, storage)
         if n_rows and f.is_file():
-            emb = np.memmap(f, np.float32, mode="r", shape=(n_rows, dim))
+            emb = open_rows(f, n_rows, dim, storage)
         else:
             emb = np.zeros((0, dim), np.float32)
         version = db.execute("PRAGMA data_version").fetchone()[0]

@@ -129,7 +129,8 @@ def main() -> None:
         r["rsum_cost"] = round(r["rsum_fp32"] - r["rsum_int8"], 2)
         print(method, r, flush=True)
     best = min(rows, key=lambda m: (rows[m].get("rsum_cost", 99), -rows[m]["mean_cosine"]))
-    commands.append("python benchmarks/int8_calibration.py " + " ".join(sys.argv[1:]))
+    argv = " ".join(sys.argv[1:]).replace(str(Path.home()), "~")
+    commands.append("python benchmarks/int8_calibration.py " + argv)
     record(
         out_json,
         {

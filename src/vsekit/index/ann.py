@@ -74,8 +74,8 @@ class FaissSearcher:
 
     ``spec=None``: IVF-Flat with ``nlist`` (default ``sqrt(N)``) clusters trained on 40
     sampled points each (``IndexFlatIP``, exact, below 39 a cluster). Otherwise a FAISS
-    index-factory ``spec`` (IVF-PQ), trained on ``train_size`` sampled rows (default 40
-    a list). A query visits ``nprobe`` lists. Only live rows are added, under their row
+    index-factory ``spec`` (IVF-PQ), trained on ``train_size`` sampled rows (default 30
+    a list, at least 65,536; OPQ uses at most 65,536 of them). A query visits ``nprobe`` lists. Only live rows are added, under their row
     number, so results map straight back to the index.
     """
 
@@ -110,7 +110,7 @@ class FaissSearcher:
         else:
             self.index = faiss.index_factory(d, spec, faiss.METRIC_INNER_PRODUCT)
             nl = faiss.extract_index_ivf(self.index).nlist
-            size = min(len(rows), train_size or max(40 * nl, 65_536))
+            size = min(len(rows), train_size or max(30 * nl, 65_536))
             sample = rng.choice(rows, size=size, replace=False)
         if len(sample):
             self.index.train(np.ascontiguousarray(emb[np.sort(sample)], dtype=np.float32))

@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from vsekit.fsio import cache_dir
+
 CommandAdder = Callable[[argparse._SubParsersAction], None]
 COMMANDS: list[CommandAdder] = []
 MODEL_COMMANDS: list[CommandAdder] = []
@@ -112,7 +114,8 @@ def port_number(text: str) -> int:
 FORMAT_HELP = "dataset format: flickr8k | karpathy | precomp | coco | folder (default: detect)"
 
 
-DEFAULT_INDEX = "~/.cache/vsekit/index"
+# the default index: $VSEKIT_CACHE/index (~/.cache/vsekit/index), like every cache
+DEFAULT_INDEX = str(cache_dir() / "index")
 
 
 def set_threads(n: int) -> None:

@@ -14,7 +14,7 @@ def _add_duplicates(sub: argparse._SubParsersAction) -> None:
     from vsekit.index.duplicates import NEAR_THRESHOLD
 
     p = sub.add_parser("duplicates", help="exact copies and near-duplicate photos, in groups")
-    p.add_argument("--index", default=DEFAULT_INDEX, help=f"index directory ({DEFAULT_INDEX})")
+    p.add_argument("--index", default=DEFAULT_INDEX, help="index directory")
     p.add_argument(
         "--threshold",
         type=float,

@@ -42,7 +42,7 @@ def _add_index(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("index", help="embed every photo and video under a folder (incremental)")
     p.add_argument("folder", help="folder of photos (searched recursively)")
     p.add_argument("--model", default="default", help="model bundle or run (default: shipped)")
-    p.add_argument("--index", default=DEFAULT_INDEX, help=f"index directory ({DEFAULT_INDEX})")
+    p.add_argument("--index", default=DEFAULT_INDEX, help="index directory")
     p.add_argument("--batch-size", type=positive_int, default=16)
     p.add_argument(
         "--threads", type=positive_int, help="CPU threads for the model (default: all cores)"
@@ -68,6 +68,23 @@ def _add_index(sub: argparse._SubParsersAction) -> None:
         metavar="SIZE",
         help="RAM budget of the search structure (e.g. 4G, the default; recorded): above "
         "half of it in float32 rows, FAISS IVF-PQ, re-ranked from the rows on disk",
+    )
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="embed on a Ray cluster ([ray] extra): ADDRESS of its head, `auto` for the "
+        "running one, none for a local one; this process stays the one writer",
+    )
+    p.add_argument(
+        "--workers", type=positive_int, help="with --ray: model replicas (default: CPUs / 1)"
+    )
+    p.add_argument(
+        "--cpus-per-worker",
+        type=positive_int,
+        default=1,
+        help="with --ray: CPUs (and model threads) each replica takes",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument(
@@ -123,6 +140,19 @@ def _index(args: argparse.Namespace) -> int:
     model = load_model(args.model)
     info = dict(model_info(model, args.model), storage=args.storage or existing or "f32")
 
+    batches = None
+    if args.ray is not None:
+        from vsekit.index.ray_index import ray_batches
+
+        # workers load the model by name, or by the same absolute path
+        where = Path(args.model).expanduser()
+        name = str(where.resolve()) if where.exists() else args.model
+        batches = ray_batches(name, int(info["dim"]), model.decode_size,
+                              info.get("similarity", "cosine") == "cosine", args.batch_size,
+                              args.ray or None, args.workers, args.cpus_per_worker)  # fmt: skip
+    elif args.workers or args.cpus_per_worker != 1:
+        raise ValueError("--workers and --cpus-per-worker go with --ray")
+
     def fill(coll: Collection):
         t1 = time.perf_counter()
         if budget is not None:
@@ -134,6 +164,7 @@ def _index(args: argparse.Namespace) -> int:
             not args.quiet and not args.json,
             reduce_to=model.decode_size,
             exclude=args.exclude,
+            batches=batches,
         )
         store_caches(coll, model)  # each photo's CSLS penalty (and FAISS), for `vse search`
         pool = model.caption_pool if model.captions and not args.no_caption_pool else None

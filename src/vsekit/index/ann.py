@@ -75,8 +75,9 @@ class FaissSearcher:
     ``spec=None``: IVF-Flat with ``nlist`` (default ``sqrt(N)``) clusters trained on 40
     sampled points each (``IndexFlatIP``, exact, below 39 a cluster). Otherwise a FAISS
     index-factory ``spec`` (IVF-PQ), trained on ``train_size`` sampled rows (default 30
-    a list, at least 65,536; OPQ uses at most 65,536 of them). A query visits ``nprobe`` lists. Only live rows are added, under their row
-    number, so results map straight back to the index.
+    a list, at least 65,536; OPQ uses at most 65,536 of them). A query visits ``nprobe``
+    lists. Only live rows are added, under their row number, so results map straight
+    back to the index.
     """
 
     def __init__(

@@ -219,15 +219,17 @@ class Collection:
         on_batch: Callable[[int], None] | None = None,
         reduce_to: int | None = None,
         exclude: Sequence[str] = (),
+        batches=None,
     ) -> UpdateReport:
         """Bring the index in line with the image files under ``root`` (see
-        :func:`vsekit.index.update.update`); holds the writer lock throughout."""
+        :func:`vsekit.index.update.update`; ``batches``: where embedded batches come
+        from, e.g. a Ray cluster); holds the writer lock throughout."""
         root = Path(root).expanduser()
         if not root.is_dir():
             raise CollectionError(f"{root}: not a folder")
         with self.store.writer() as w:
             rep = update(self.store, w, root, embed, batch_size, progress, on_batch,
-                         reduce_to, exclude)  # fmt: skip
+                         reduce_to, exclude, batches)  # fmt: skip
         self.refresh()
         return rep
 

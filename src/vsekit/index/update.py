@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,12 +60,16 @@ def update(
     on_batch: Callable[[int], None] | None = None,
     reduce_to: int | None = None,
     exclude: Sequence[str] = (),
+    batches: BatchSource | None = None,
 ) -> UpdateReport:
     """Index the files under ``root`` (the caller holds ``store.writer()`` as ``w``).
 
     ``embed(list of PIL images) -> [n, dim]`` unit vectors. Files outside ``root`` that
     are already indexed are left alone. ``reduce_to``: decode JPEGs at reduced size down
-    to this short side (the model's ``decode_size``)."""
+    to this short side (the model's ``decode_size``). ``batches``: where the embedded
+    batches come from (default :func:`local_batches` with ``embed``; ``vse index --ray``
+    gives :func:`vsekit.index.ray_index.ray_batches`); each is committed as it arrives,
+    so a killed run keeps every committed batch and the next one embeds only the rest."""
     t0 = time.perf_counter()
     rep = UpdateReport()
     store.add_root(w, root)
@@ -113,41 +117,94 @@ def update(
         from tqdm import tqdm
 
         bar = tqdm(total=len(todo), desc="index", unit="file")
-    sampling = Sampling(every=FRAME_EVERY)
     unit_rows = store.similarity == "cosine"
-    for a in range(0, len(todo), batch_size):
-        batch = todo[a : a + batch_size]
-        images, ok, errors, videos = [], [], [], []
-        for p, size, mtime in batch:
-            try:
-                if is_video(p):
-                    v = embed_video(p, embed, sampling, SEGMENT_SECONDS, reduce_to,
-                                    batch_size, unit_rows)  # fmt: skip
-                    videos.append(((p, size, mtime), v))
-                    rep.embedded += v.frames
-                else:
-                    images.append(load_image(p, reduce_to))
-                    ok.append((p, size, mtime))
-            except ImageError as e:
-                errors.append((p, size, mtime, printable(str(e))))
-        vecs = embed(images) if images else np.zeros((0, store.dim), np.float32)
-        rep.embedded += len(images)
-        vecs = np.asarray(vecs, np.float32).reshape(-1, store.dim)
-        if videos:
-            ok += [f for f, _ in videos]
-            vecs = np.concatenate([vecs, *(v.clip[None] for _, v in videos)])
-        segs = [None] * (len(ok) - len(videos)) + [v for _, v in videos]
-        commit_batch(store, w, ok, vecs, errors, known, rep, segs)
+    if batches is None:
+        batches = local_batches(embed, batch_size, reduce_to, unit_rows, store.dim)
+    done = 0
+    for b in batches(todo):
+        rep.embedded += b.embedded
+        commit_batch(store, w, b.ok, b.vecs, b.errors, known, rep, b.segs)
+        done += b.files
         if bar is not None:
-            bar.update(len(batch))
+            bar.update(b.files)
         if on_batch is not None:
-            on_batch(a + len(batch))
+            on_batch(done)
     if bar is not None:
         bar.close()
     backfill_meta(w)
     store.compact(w)
     rep.seconds = time.perf_counter() - t0
     return rep
+
+
+@dataclass
+class Batch:
+    """What one batch of files became: the files that embedded (``ok``, one row of
+    ``vecs`` each; ``segs[j]``: a video's segment vectors or None), the files that
+    failed (``errors``: path, size, mtime, message), images and frames embedded."""
+
+    ok: list[tuple[str, int, int]]
+    vecs: np.ndarray
+    errors: list[tuple[str, int, int, str]]
+    segs: list
+    embedded: int
+    files: int
+
+
+#: ``todo`` (path, size, mtime_ns) -> the embedded batches, in any order
+BatchSource = Callable[[list], Iterator[Batch]]
+
+
+def embed_files(
+    files: Sequence[tuple[str, int, int]],
+    embed: Callable[[Sequence], np.ndarray],
+    reduce_to: int | None,
+    unit_rows: bool,
+    dim: int,
+    batch_size: int = 16,
+) -> Batch:
+    """Decode and embed ``files`` (path, size, mtime_ns): photos in one call of
+    ``embed``, each video on its own (a clip row and its segments). A file that cannot
+    be read is an error of the batch, not of the run."""
+    images, ok, errors, videos, embedded = [], [], [], [], 0
+    sampling = Sampling(every=FRAME_EVERY)
+    for p, size, mtime in files:
+        try:
+            if is_video(p):
+                v = embed_video(p, embed, sampling, SEGMENT_SECONDS, reduce_to,
+                                batch_size, unit_rows)  # fmt: skip
+                videos.append(((p, size, mtime), v))
+                embedded += v.frames
+            else:
+                images.append(load_image(p, reduce_to))
+                ok.append((p, size, mtime))
+        except ImageError as e:
+            errors.append((p, size, mtime, printable(str(e))))
+    vecs = embed(images) if images else np.zeros((0, dim), np.float32)
+    embedded += len(images)
+    vecs = np.asarray(vecs, np.float32).reshape(-1, dim)
+    if videos:
+        ok += [f for f, _ in videos]
+        vecs = np.concatenate([vecs, *(v.clip[None] for _, v in videos)])
+    segs = [None] * (len(ok) - len(videos)) + [v for _, v in videos]
+    return Batch(ok, vecs, errors, segs, embedded, len(files))
+
+
+def local_batches(
+    embed: Callable[[Sequence], np.ndarray],
+    batch_size: int,
+    reduce_to: int | None,
+    unit_rows: bool,
+    dim: int,
+) -> BatchSource:
+    """This process embeds ``todo`` in order, ``batch_size`` files at a time."""
+
+    def source(todo: list) -> Iterator[Batch]:
+        for a in range(0, len(todo), batch_size):
+            yield embed_files(todo[a : a + batch_size], embed, reduce_to, unit_rows, dim,
+                              batch_size)  # fmt: skip
+
+    return source
 
 
 def put_meta(w: sqlite3.Connection, file_id: int, m: PhotoMeta) -> None:

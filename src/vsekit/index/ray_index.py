@@ -1,0 +1,110 @@
+"""``vse index --ray``: the embedding of an update on a Ray cluster.
+
+The driver (``vse index``) scans the folder and decides what to embed exactly as a
+local update does; only the embedding moves. Ray Data reads that file list, and an
+actor pool of model replicas (one model per actor, :class:`Embedder`) decodes and
+embeds the files through ``map_batches``. The driver takes the embedded blocks as they
+come and commits each through the same path as a local batch
+(:func:`vsekit.index.update.commit_batch`): one writer, rows fsync'ed before the
+transaction that makes them reachable, bad files recorded and skipped. A killed job
+keeps every committed block; run again, it embeds only the rest.
+
+Workers read the photos by path and load the model by name or path: every worker must
+see the same paths (shared storage) and, for a model other than the shipped default, the
+bundle at the same path. Ray is the ``[ray]`` extra; nothing here imports it until used.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+from collections.abc import Iterator
+
+import numpy as np
+
+from vsekit.index.update import Batch, BatchSource, embed_files
+
+
+class Embedder:
+    """One model replica in a Ray actor: ``__call__`` embeds a block of files (columns
+    ``path`` as file-system bytes, ``size``, ``mtime``) and returns one pickled
+    :class:`~vsekit.index.update.Batch` (paths travel as bytes, so names that are not
+    UTF-8 arrive intact)."""
+
+    def __init__(self, model: str, reduce_to: int | None, unit_rows: bool, dim: int,
+                 threads: int | None = None) -> None:  # fmt: skip
+        if threads:
+            os.environ["VSEKIT_THREADS"] = str(threads)
+        from vsekit.runtime.loading import load_model
+
+        self.model = load_model(model)
+        self.reduce_to, self.unit_rows, self.dim = reduce_to, unit_rows, dim
+
+    def __call__(self, block: dict) -> dict:
+        cols = zip(block["path"], block["size"], block["mtime"], strict=True)
+        files = [(os.fsdecode(bytes(p)), int(s), int(m)) for p, s, m in cols]
+        b = embed_files(files, self.model.encode_image, self.reduce_to, self.unit_rows,
+                        self.dim, max(1, len(files)))  # fmt: skip
+        return {"batch": np.array([pickle.dumps(b)], dtype=object)}
+
+
+def cluster(address: str | None) -> None:
+    """Connect to the Ray cluster at ``address`` (``auto``: the running one), or start
+    a local one when ``address`` is None; a no-op when this process is connected."""
+    try:
+        import ray
+    except ImportError as e:
+        raise RuntimeError("--ray needs Ray: pip install 'vsekit[ray]'") from e
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                 logging_level=logging.WARNING)  # fmt: skip
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False  # the update's own bar counts committed files
+    ctx.print_on_execution_start = False
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+
+
+def ray_batches(
+    model: str,
+    dim: int,
+    reduce_to: int | None,
+    unit_rows: bool = True,
+    batch_size: int = 16,
+    address: str | None = None,
+    workers: int | None = None,
+    cpus_per_worker: int = 1,
+) -> BatchSource:
+    """A :data:`~vsekit.index.update.BatchSource` embedding on Ray: ``workers`` actors
+    (default: the cluster's CPUs over ``cpus_per_worker``), each with
+    ``cpus_per_worker`` CPUs and as many model threads, ``batch_size`` files a block."""
+
+    def source(todo: list) -> Iterator[Batch]:
+        if not todo:
+            return
+        import ray
+
+        cluster(address)
+        n = workers or max(1, int(ray.cluster_resources().get("CPU", 1)) // cpus_per_worker)
+        items = [{"path": os.fsencode(p), "size": s, "mtime": m} for p, s, m in todo]
+        ds = ray.data.from_items(items, override_num_blocks=max(1, -(-len(items) // batch_size)))
+        out = ds.map_batches(
+            Embedder,
+            fn_constructor_kwargs={
+                "model": model,
+                "reduce_to": reduce_to,
+                "unit_rows": unit_rows,
+                "dim": dim,
+                "threads": cpus_per_worker,
+            },  # fmt: skip
+            batch_size=batch_size,
+            batch_format="numpy",
+            # Ray Data restarts a killed actor and retries its block (its defaults)
+            compute=ray.data.ActorPoolStrategy(size=n),
+            num_cpus=cpus_per_worker,
+        )
+        for block in out.iter_batches(batch_size=None, batch_format="numpy"):
+            for blob in block["batch"]:
+                yield pickle.loads(blob)
+
+    return source

@@ -1,0 +1,139 @@
+"""`vse index --ray` on a local Ray cluster with 2 worker processes: the same rows as
+the single-process path, bad files reported and skipped, a worker killed mid-job
+replaced, and a killed job resumed at block granularity."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from tests.conftest import write_image
+from vsekit.index import Collection, model_info
+
+ray = pytest.importorskip("ray")
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def local_cluster():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture
+def setup(tmp_path):
+    import vsekit
+
+    # the shipped default: the workers are other processes, where the test suite's tiny
+    # test backbone is not registered
+    bundle = "default"
+    photos = tmp_path / "photos"
+    for i in range(30):
+        write_image(photos / f"{i:02d}.jpg", seed=i)
+    (photos / "broken.jpg").write_bytes(b"not a jpeg")
+    model = vsekit.load_model(bundle)
+    return bundle, photos, model, model_info(model, bundle)
+
+
+def rows_by_path(coll: Collection) -> dict[str, np.ndarray]:
+    snap = coll.snapshot
+    return {p: snap.embedding_of(i) for i, p in zip(snap.ids, snap.paths, strict=True)}
+
+
+def source(bundle, model, batch_size: int = 1):
+    from vsekit.index.ray_index import ray_batches
+
+    dim = model_info(model, bundle)["dim"]
+    return ray_batches(str(bundle), dim, model.decode_size, True, batch_size,
+                       workers=2)  # fmt: skip
+
+
+def test_ray_rows_equal_the_single_process_rows(local_cluster, setup, tmp_path):
+    bundle, photos, model, info = setup
+    local = Collection(tmp_path / "local", info)
+    local.update(photos, model.encode_image, progress=False)
+    remote = Collection(tmp_path / "ray", info)
+    rep = remote.update(photos, model.encode_image, 4, progress=False,
+                        batches=source(bundle, model, 4))  # fmt: skip
+    assert (rep.added, len(rep.failed)) == (30, 1)
+    assert rep.failed[0][0].endswith("broken.jpg") and "not an image" in rep.failed[0][1]
+    a, b = rows_by_path(local), rows_by_path(remote)
+    assert a.keys() == b.keys() and len(a) == 30
+    assert max(float(np.abs(a[p] - b[p]).max()) for p in a) <= 1e-6
+    again = remote.update(photos, model.encode_image, progress=False,
+                          batches=source(bundle, model))  # fmt: skip
+    assert again.unchanged == 30 and again.embedded == 0  # the failed file is remembered
+    q = model.encode_text("a photo")
+    assert [h.path for h in local.search(q, 5)[0]] == [h.path for h in remote.search(q, 5)[0]]
+
+
+def embedder_pids() -> list[int]:
+    """The Ray worker processes running an Embedder actor (by their process title)."""
+    pids = []
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as fh:
+                if b"MapWorker(MapBatches(Embedder))" in fh.read():
+                    pids.append(int(d))
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+def test_a_worker_killed_mid_job_is_replaced(local_cluster, setup, tmp_path):
+    bundle, photos, model, info = setup
+    killed = []
+
+    def kill_one(done: int) -> None:
+        if killed:
+            return
+        pids = embedder_pids()
+        assert pids, "no Embedder actor is running"
+        os.kill(pids[0], signal.SIGKILL)
+        killed.append((done, pids[0]))
+
+    coll = Collection(tmp_path / "idx", info)
+    rep = coll.update(photos, model.encode_image, 1, progress=False, on_batch=kill_one,
+                      batches=source(bundle, model))  # fmt: skip
+    assert killed and killed[0][0] < 31  # killed after the first block, before the end
+    assert killed[0][1] not in embedder_pids()
+    assert rep.added == 30 and len(coll) == 30 and len(rep.failed) == 1
+
+
+def test_a_killed_job_resumes_with_only_the_uncommitted_blocks(local_cluster, setup, tmp_path):
+    bundle, photos, model, info = setup
+
+    class Killed(Exception):
+        pass
+
+    def die(done: int) -> None:
+        if done >= 10:
+            raise Killed  # the driver dies after committing 10 files
+
+    coll = Collection(tmp_path / "idx", info)
+    with pytest.raises(Killed):
+        coll.update(photos, model.encode_image, 1, progress=False, on_batch=die,
+                    batches=source(bundle, model))  # fmt: skip
+    coll = Collection(tmp_path / "idx")
+    kept = len(coll)
+    assert 9 <= kept <= 10  # every committed block survives (the broken file is a block)
+    rep = coll.update(photos, model.encode_image, 1, progress=False,
+                      batches=source(bundle, model))  # fmt: skip
+    assert rep.added == 30 - kept and rep.embedded == 30 - kept and len(coll) == 30
+
+
+def test_cli_ray_flags(local_cluster, setup, tmp_path, capsys):
+    from vsekit.cli import main
+
+    bundle, photos, _, _ = setup
+    idx = str(tmp_path / "idx")
+    run = ["index", str(photos), "--model", str(bundle), "--index", idx, "--quiet"]
+    assert main([*run, "--workers", "2"]) == 2
+    assert "--workers and --cpus-per-worker go with --ray" in capsys.readouterr().err
+    assert main([*run, "--ray", "auto", "--workers", "2", "--batch-size", "8"]) == 0
+    assert "30 added" in capsys.readouterr().out

@@ -137,3 +137,40 @@ def test_cli_ray_flags(local_cluster, setup, tmp_path, capsys):
     assert "--workers and --cpus-per-worker go with --ray" in capsys.readouterr().err
     assert main([*run, "--ray", "auto", "--workers", "2", "--batch-size", "8"]) == 0
     assert "30 added" in capsys.readouterr().out
+
+
+def test_features_extract_on_ray_equals_the_local_store(local_cluster, tmp_path):
+    """`vse features extract --ray`: the store's rows bit-identical to the single-process
+    path's, bad files reported, and a killed job resumed after its last committed block."""
+    from tests.test_features import Killed, make_items
+    from vsekit.lab.features import create_backbone
+    from vsekit.lab.features.extract import ExtractItem, extract_to_store, failed_images
+    from vsekit.lab.features.ray_extract import ray_blocks
+
+    items = make_items(tmp_path / "img", 10, 3)
+    (tmp_path / "img" / "notes.jpg").write_text("not a JPEG")
+    items.insert(4, ExtractItem("notes.jpg", tmp_path / "img" / "notes.jpg", "train"))
+    model = create_backbone("efficientnet-lite0")  # installed by pip: workers have it too
+    kw = dict(crops=1, batch_size=3, progress=False)
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each replica runs (cpus_per_worker=1): the same kernels
+    try:
+        local = extract_to_store(items, tmp_path / "local", model, workers=0, **kw)
+    finally:
+        torch.set_num_threads(threads)
+    blocks = ray_blocks(model, workers=2)
+
+    def kill(done: int) -> None:
+        if done >= 6:
+            raise Killed
+
+    with pytest.raises(Killed):
+        extract_to_store(items, tmp_path / "ray", model, on_batch=kill, blocks=blocks, **kw)
+    remote = extract_to_store(items, tmp_path / "ray", model, blocks=blocks, **kw)
+    assert remote.n == local.n == 13
+    for name in ("pooled.f32", "rmac.f32", "ids.txt", "splits.txt"):
+        assert (local.path / name).read_bytes() == (remote.path / name).read_bytes(), name
+    assert [f["id"] for f in failed_images(remote.path)] == ["notes.jpg"]
+    assert [(r["from"], r["images"]) for r in remote.meta["runs"]] == [(0, 6), (6, 8)]

@@ -31,7 +31,22 @@ def _add_features(sub: argparse._SubParsersAction) -> None:
     ex.add_argument("--weights", default="auto", help="weights file (default: installed)")
     ex.add_argument("--crops", type=int, choices=(1, 2, 10), default=10)
     ex.add_argument("--batch-size", type=positive_int, default=8, help="images per batch")
-    ex.add_argument("--workers", type=positive_int, default=1, help="image-decoding processes")
+    ex.add_argument(
+        "--workers",
+        type=positive_int,
+        help="image-decoding processes (default 1); with --ray: backbone replicas (default: "
+        "the cluster's CPUs / --cpus-per-worker)",
+    )
+    ex.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="run the backbone on a Ray cluster ([ray] extra): ADDRESS of its head, `auto` "
+        "for the running one, none for a local one; this process writes the store",
+    )
+    ex.add_argument("--cpus-per-worker", type=positive_int, default=1,
+                    help="with --ray: CPUs (and torch threads) each replica takes")  # fmt: skip
     ex.add_argument("--no-rmac", action="store_true", help="skip R-MAC descriptors")
     ex.add_argument(
         "--threads", type=positive_int, help="CPU threads for the model (default: all cores)"
@@ -136,16 +151,24 @@ def _features_extract(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     items, name = _extract_items(args)
     model = create_backbone(args.backbone, weights=args.weights)
+    blocks = None
+    if args.ray is not None:
+        from vsekit.lab.features.ray_extract import ray_blocks
+
+        blocks = ray_blocks(model, args.ray or None, args.workers, args.cpus_per_worker)
+    elif args.cpus_per_worker != 1:
+        raise ValueError("--cpus-per-worker goes with --ray")
     store = extract_to_store(
         items,
         args.out,
         model,
         crops=args.crops,
         batch_size=args.batch_size,
-        workers=args.workers,
+        workers=args.workers or 1,
         with_rmac=not args.no_rmac,
         dataset=name,
         sampling=sampling_of(args),
+        blocks=blocks,
     )
     failed = failed_images(args.out)
     for f in failed:

@@ -20,7 +20,7 @@ import functools
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -82,6 +82,41 @@ class _ViewsDataset(torch.utils.data.Dataset):
 
 def _collate(batch):
     return batch  # list of (index, views | None, error | None)
+
+
+#: (items, start, crops, size, sampling, with_rmac, batch_size) -> batches in item order,
+#: each ``([(index, error or None)], pooled [good, D] float32, rmac [good, R] or None)``
+BlockSource = Callable[..., Iterator[tuple[list, np.ndarray, np.ndarray | None]]]
+
+
+def features_of(model: Backbone, batch: list, crops: int, with_rmac: bool):
+    """``batch``: ``[(index, views or None, error or None)]`` -> ``([(index, error)],
+    pooled, rmac)`` for the items whose views were read (the rows a store appends)."""
+    good = [v for _, v, err in batch if err is None]
+    pooled = rm = None
+    if good:
+        counts = [len(v) for v in good]
+        p, r = pooled_features(model, torch.cat(good), crops, with_rmac, counts=counts)
+        pooled, rm = p.numpy(), (r.numpy() if with_rmac else None)
+    return [(k, err) for k, _, err in batch], pooled, rm
+
+
+def local_blocks(model: Backbone, workers: int = 1) -> BlockSource:
+    """This process computes the features; ``workers`` processes decode the views."""
+
+    def source(items, start, crops, size, sampling, with_rmac, batch_size):
+        loader = DataLoader(
+            _ViewsDataset(items, start, crops, size, sampling),
+            batch_size=batch_size,
+            num_workers=workers,
+            collate_fn=_collate,
+            persistent_workers=False,
+            prefetch_factor=4 if workers else None,
+        )
+        for batch in loader:
+            yield features_of(model, batch, crops, with_rmac)
+
+    return source
 
 
 LOCK_NAME = "extract.lock"  # held by the one extraction writing a store
@@ -227,6 +262,7 @@ def extract_to_store(
     on_batch: Callable[[int], None] | None = None,
     device: str | None = None,
     sampling: Sampling | None = None,
+    blocks: BlockSource | None = None,
 ) -> FeatureStore:
     """Extract pooled features of ``items`` into the store at ``out`` (resuming it if it
     holds a matching unfinished extraction).
@@ -236,6 +272,10 @@ def extract_to_store(
             use it to simulate a kill).
         device: where the backbone runs (default: CUDA when present, else CPU).
         sampling: which frames of a video item are used (default: one a second).
+        blocks: where the computed batches come from, in item order (default
+            :func:`local_blocks`: this process, ``workers`` decoding processes;
+            ``vse features extract --ray``: :func:`vsekit.lab.features.ray_extract.ray_blocks`).
+            Each is committed as it arrives, so a killed run resumes after the last one.
 
     Raises:
         StoreError: ``out`` holds a store made with other settings or images, or
@@ -289,14 +329,10 @@ def extract_to_store(
     pooled_rf = open_rows("pooled.f32", dim)
     rmac_rf = open_rows("rmac.f32", meta["rmac_dim"]) if meta["rmac_dim"] else None
 
-    loader = DataLoader(
-        _ViewsDataset(items, done, crops, model.input_size, sampling),
-        batch_size=batch_size,
-        num_workers=workers,
-        collate_fn=_collate,
-        persistent_workers=False,
-        prefetch_factor=4 if workers else None,
-    )
+    if blocks is None:
+        blocks = local_blocks(model, workers)
+    source = blocks(items, done, crops, model.input_size, sampling, rmac_rf is not None,
+                    batch_size)  # fmt: skip
     bar = tqdm(
         total=n, initial=done, unit="img", disable=not progress, desc="extract", dynamic_ncols=True
     )
@@ -307,20 +343,17 @@ def extract_to_store(
         open(failed_f, "a", encoding="utf-8") as fail_f,
         bar,
     ):
-        for batch in loader:
-            good = [(k, v) for k, v, err in batch if err is None]
-            for k, _, err in batch:
+        for batch, pooled, r in source:
+            good = [(k, None) for k, err in batch if err is None]
+            for k, err in batch:
                 if err is not None:
                     rec = {"index": k, "id": items[k].id, "path": str(items[k].path), "error": err}
                     fail_f.write(json.dumps(rec) + "\n")
             if good:
-                views = torch.cat([v for _, v in good])
-                counts = [len(v) for _, v in good]
-                pooled, r = pooled_features(model, views, crops, rmac_rf is not None, counts=counts)
-                pooled_rf.append(pooled.numpy())
+                pooled_rf.append(pooled)
                 pooled_rf.sync()
                 if rmac_rf is not None:
-                    rmac_rf.append(r.numpy())
+                    rmac_rf.append(r)
                     rmac_rf.sync()
                 for k, _ in good:
                     ids_f.write(items[k].id + "\n")

@@ -1,0 +1,95 @@
+"""``vse features extract --ray``: the backbone's forward passes on a Ray cluster.
+
+Ray Data reads the items from where the store stopped; an actor pool of backbone
+replicas (:class:`FeatureWorker`, one model each) decodes the views and computes the
+pooled features of a block through ``map_batches``. Blocks come back in item order
+(``preserve_order``), and the driver appends each to the store through the same commit
+as a local batch (:func:`vsekit.lab.features.extract.extract_to_store`): one writer,
+resumable after the last committed block, bad files recorded in ``failed.jsonl``.
+Workers read the images by path and load the same weights file (the same paths on every
+machine, or the default weights installed on each with ``vse weights install``).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import numpy as np
+
+from vsekit.index.ray_index import cluster
+from vsekit.lab.features.extract import BlockSource, features_of, item_views
+from vsekit.media.images import ImageError
+from vsekit.media.video import Sampling
+
+
+class FeatureWorker:
+    """One backbone replica in a Ray actor: ``__call__`` reads and embeds a block of
+    items (columns ``k``, ``path`` as file-system bytes) and returns one pickled
+    ``([(index, error)], pooled, rmac)``."""
+
+    def __init__(self, backbone: str, weights: str, sha256: str | None, crops: int, size: int,
+                 sampling: Sampling | None, with_rmac: bool, threads: int) -> None:  # fmt: skip
+        import torch
+
+        from vsekit.lab.features import create_backbone
+        from vsekit.lab.features.extract import prepare_model
+
+        torch.set_num_threads(threads)
+        self.model = prepare_model(create_backbone(backbone, weights, sha256), "cpu")
+        self.crops, self.size, self.with_rmac, self.sampling = crops, size, with_rmac, sampling
+
+    def __call__(self, block: dict) -> dict:
+        batch = []
+        for k, p in zip(block["k"], block["path"], strict=True):
+            path = os.fsdecode(bytes(p))
+            try:
+                batch.append((int(k), item_views(path, self.crops, self.size, self.sampling), None))
+            except ImageError as e:
+                batch.append((int(k), None, str(e)))
+            except Exception as e:  # noqa: BLE001 - as the local path: a bad file never stops a run
+                batch.append((int(k), None, f"{path}: {type(e).__name__}: {e}"))
+        out = features_of(self.model, batch, self.crops, self.with_rmac)
+        return {"blob": np.array([pickle.dumps(out)], dtype=object)}
+
+
+def ray_blocks(
+    backbone, address: str | None = None, workers: int | None = None, cpus_per_worker: int = 1
+) -> BlockSource:
+    """A :data:`~vsekit.lab.features.extract.BlockSource` computing on Ray with
+    ``workers`` replicas of ``backbone`` (its name and weights file travel, not the
+    module), each with ``cpus_per_worker`` CPUs and as many torch threads."""
+
+    def source(items, start, crops, size, sampling, with_rmac, batch_size):
+        if start >= len(items):
+            return
+        import ray
+
+        cluster(address)
+        ray.data.DataContext.get_current().execution_options.preserve_order = True
+        n = workers or max(1, int(ray.cluster_resources().get("CPU", 1)) // cpus_per_worker)
+        rows = [{"k": k, "path": os.fsencode(str(items[k].path))}
+                for k in range(start, len(items))]  # fmt: skip
+        ds = ray.data.from_items(rows, override_num_blocks=max(1, -(-len(rows) // batch_size)))
+        out = ds.map_batches(
+            FeatureWorker,
+            fn_constructor_kwargs={
+                "backbone": backbone.name,
+                "weights": backbone.weights_source,
+                "sha256": backbone.weights_sha256,
+                "crops": crops,
+                "size": size,
+                "with_rmac": with_rmac,
+                "threads": cpus_per_worker,
+                "sampling": sampling,
+            },  # fmt: skip
+            batch_size=batch_size,
+            batch_format="numpy",
+            compute=ray.data.ActorPoolStrategy(size=n),
+            num_cpus=cpus_per_worker,
+        )
+        for block in out.iter_batches(batch_size=None, batch_format="numpy"):
+            for blob in block["blob"]:
+                yield pickle.loads(blob)
+
+    return source

@@ -46,7 +46,7 @@ class Embedder:
         files = [(os.fsdecode(bytes(p)), int(s), int(m)) for p, s, m in cols]
         b = embed_files(files, self.model.encode_image, self.reduce_to, self.unit_rows,
                         self.dim, max(1, len(files)))  # fmt: skip
-        return {"batch": np.array([pickle.dumps(b)], dtype=object)}
+        return {"out": np.array([pickle.dumps(b)], dtype=object)}
 
 
 def cluster(address: str | None) -> None:
@@ -63,6 +63,40 @@ def cluster(address: str | None) -> None:
     ctx.enable_progress_bars = False  # the update's own bar counts committed files
     ctx.print_on_execution_start = False
     logging.getLogger("ray.data").setLevel(logging.WARNING)
+
+
+def actor_pool_map(
+    rows: list[dict],
+    worker: type,
+    kwargs: dict,
+    batch_size: int,
+    address: str | None,
+    workers: int | None,
+    cpus_per_worker: int,
+    ordered: bool = False,
+) -> Iterator:
+    """Ray Data over ``rows``: ``workers`` actors of class ``worker`` (constructed with
+    ``kwargs``; default: the cluster's CPUs over ``cpus_per_worker``), each with
+    ``cpus_per_worker`` CPUs, map blocks of ``batch_size`` rows; each block's result is
+    one pickled object in column ``out``, unpickled here as it arrives (in row order
+    when ``ordered``). Ray Data restarts a killed actor and runs its block again."""
+    import ray
+
+    cluster(address)
+    ray.data.DataContext.get_current().execution_options.preserve_order = ordered
+    n = workers or max(1, int(ray.cluster_resources().get("CPU", 1)) // cpus_per_worker)
+    ds = ray.data.from_items(rows, override_num_blocks=max(1, -(-len(rows) // batch_size)))
+    out = ds.map_batches(
+        worker,
+        fn_constructor_kwargs=kwargs,
+        batch_size=batch_size,
+        batch_format="numpy",
+        compute=ray.data.ActorPoolStrategy(size=n),
+        num_cpus=cpus_per_worker,
+    )
+    for block in out.iter_batches(batch_size=None, batch_format="numpy"):
+        for blob in block["out"]:
+            yield pickle.loads(blob)
 
 
 def ray_batches(
@@ -82,29 +116,10 @@ def ray_batches(
     def source(todo: list) -> Iterator[Batch]:
         if not todo:
             return
-        import ray
-
-        cluster(address)
-        n = workers or max(1, int(ray.cluster_resources().get("CPU", 1)) // cpus_per_worker)
-        items = [{"path": os.fsencode(p), "size": s, "mtime": m} for p, s, m in todo]
-        ds = ray.data.from_items(items, override_num_blocks=max(1, -(-len(items) // batch_size)))
-        out = ds.map_batches(
-            Embedder,
-            fn_constructor_kwargs={
-                "model": model,
-                "reduce_to": reduce_to,
-                "unit_rows": unit_rows,
-                "dim": dim,
-                "threads": cpus_per_worker,
-            },  # fmt: skip
-            batch_size=batch_size,
-            batch_format="numpy",
-            # Ray Data restarts a killed actor and retries its block (its defaults)
-            compute=ray.data.ActorPoolStrategy(size=n),
-            num_cpus=cpus_per_worker,
-        )
-        for block in out.iter_batches(batch_size=None, batch_format="numpy"):
-            for blob in block["batch"]:
-                yield pickle.loads(blob)
+        rows = [{"path": os.fsencode(p), "size": s, "mtime": m} for p, s, m in todo]
+        kwargs = {"model": model, "reduce_to": reduce_to, "unit_rows": unit_rows, "dim": dim,
+                  "threads": cpus_per_worker}  # fmt: skip
+        yield from actor_pool_map(rows, Embedder, kwargs, batch_size, address, workers,
+                                  cpus_per_worker)  # fmt: skip
 
     return source

@@ -17,7 +17,7 @@ import pickle
 
 import numpy as np
 
-from vsekit.index.ray_index import cluster
+from vsekit.index.ray_index import actor_pool_map
 from vsekit.lab.features.extract import BlockSource, features_of, item_views
 from vsekit.media.images import ImageError
 from vsekit.media.video import Sampling
@@ -50,7 +50,7 @@ class FeatureWorker:
             except Exception as e:  # noqa: BLE001 - as the local path: a bad file never stops a run
                 batch.append((int(k), None, f"{path}: {type(e).__name__}: {e}"))
         out = features_of(self.model, batch, self.crops, self.with_rmac)
-        return {"blob": np.array([pickle.dumps(out)], dtype=object)}
+        return {"out": np.array([pickle.dumps(out)], dtype=object)}
 
 
 def ray_blocks(
@@ -63,33 +63,13 @@ def ray_blocks(
     def source(items, start, crops, size, sampling, with_rmac, batch_size):
         if start >= len(items):
             return
-        import ray
-
-        cluster(address)
-        ray.data.DataContext.get_current().execution_options.preserve_order = True
-        n = workers or max(1, int(ray.cluster_resources().get("CPU", 1)) // cpus_per_worker)
         rows = [{"k": k, "path": os.fsencode(str(items[k].path))}
                 for k in range(start, len(items))]  # fmt: skip
-        ds = ray.data.from_items(rows, override_num_blocks=max(1, -(-len(rows) // batch_size)))
-        out = ds.map_batches(
-            FeatureWorker,
-            fn_constructor_kwargs={
-                "backbone": backbone.name,
-                "weights": backbone.weights_source,
-                "sha256": backbone.weights_sha256,
-                "crops": crops,
-                "size": size,
-                "with_rmac": with_rmac,
-                "threads": cpus_per_worker,
-                "sampling": sampling,
-            },  # fmt: skip
-            batch_size=batch_size,
-            batch_format="numpy",
-            compute=ray.data.ActorPoolStrategy(size=n),
-            num_cpus=cpus_per_worker,
-        )
-        for block in out.iter_batches(batch_size=None, batch_format="numpy"):
-            for blob in block["blob"]:
-                yield pickle.loads(blob)
+        kwargs = {"backbone": backbone.name, "weights": backbone.weights_source,
+                  "sha256": backbone.weights_sha256, "crops": crops, "size": size,
+                  "with_rmac": with_rmac, "threads": cpus_per_worker,
+                  "sampling": sampling}  # fmt: skip
+        yield from actor_pool_map(rows, FeatureWorker, kwargs, batch_size, address, workers,
+                                  cpus_per_worker, ordered=True)  # fmt: skip
 
     return source

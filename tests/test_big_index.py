@@ -60,8 +60,9 @@ def test_int8_rows_round_trip_against_float32():
 def test_the_budget_chooses_the_structure():
     assert choose_spec(100_000, 2048, 4 << 30)[0] is None  # 0.8 GB of rows: IVF-Flat
     spec, nprobe = choose_spec(10_000_000, 2048, 4 << 30)
-    assert spec == "OPQ128_512,IVF16384,PQ128" and nprobe == 64
-    assert choose_spec(10_000_000, 2048, 1 << 30)[0] == "OPQ64_256,IVF16384,PQ64"
+    assert spec == "OPQ128_512,IVF16384_HNSW32,PQ128" and nprobe == 64
+    assert choose_spec(10_000_000, 2048, 1 << 30)[0] == "OPQ64_256,IVF16384_HNSW32,PQ64"
+    assert choose_spec(1_000_000, 2048, 4 << 30)[0] == "OPQ128_512,IVF4096,PQ128"
     with pytest.raises(ValueError, match="too small for 10,000,000 rows"):
         choose_spec(10_000_000, 2048, 100 << 20)
     assert parse_size("4G") == 4 << 30 and parse_size("512m") == 512 << 20

@@ -50,7 +50,8 @@ def choose_spec(n: int, dim: int, max_ram: int = DEFAULT_MAX_RAM) -> tuple[str |
     IVF-Flat (``None``) while ``n * dim * 4`` fits in half the budget. Beyond, IVF-PQ:
     ``nlist`` the power of two nearest ``4 sqrt(n)`` (16 to 65,536), and the largest
     code of ``m`` bytes (128, 64, 32 or 16, at most half of ``dim``; OPQ reducing to
-    ``4m`` dimensions first)
+    ``4m`` dimensions first; from 8,192 lists the coarse centroids are found through an
+    HNSW graph, as autofaiss does, instead of scanned at every add and query)
     whose codes, ids and coarse centroids fit in 80% of the budget."""
     if n * dim * 4 <= max_ram // 2:
         return None, 32
@@ -60,8 +61,11 @@ def choose_spec(n: int, dim: int, max_ram: int = DEFAULT_MAX_RAM) -> tuple[str |
             continue
         d_out = min(4 * m, dim - dim % m)
         need = n * (m + 8) * 1.05 + nlist * d_out * 4 + d_out * dim * 4
+        if nlist >= 8192:  # the coarse centroids searched through HNSW, not scanned
+            need += nlist * 32 * 2 * 4
         if need <= 0.8 * max_ram:
-            return f"OPQ{m}_{d_out},IVF{nlist},PQ{m}", 64
+            coarse = f"IVF{nlist}_HNSW32" if nlist >= 8192 else f"IVF{nlist}"
+            return f"OPQ{m}_{d_out},{coarse},PQ{m}", 64
     raise ValueError(
         f"--max-ram {max_ram / (1 << 30):.1f}G: too small for {n:,} rows (IVF-PQ with "
         f"16-byte codes needs about {n * 24 * 1.05 / (1 << 30):.1f}G)"

@@ -219,3 +219,38 @@ def test_cli_storage_and_budget(tmp_path, capsys):
     ]  # the same photos in the same order
     assert main(run) == 0  # later updates keep the int8 storage without the flag
     assert Collection(idx).store.storage == "int8"
+
+
+def test_the_service_searches_an_index_beyond_ram(tmp_path):
+    """`vse serve` over an int8 index whose stored FAISS index is IVF-PQ: the same hits
+    as the library's exact search, and the same refusals (host check, bad input)."""
+    from fastapi.testclient import TestClient
+
+    from tests.conftest import make_tiny_model
+    from vsekit.serve.app import create_app
+
+    model = make_tiny_model(["a dog runs on grass", "a red car"])
+    photos = tmp_path / "photos"
+    for i in range(400):
+        write_image(photos / f"p{i}.png", seed=i, size=8)
+    coll = Collection(tmp_path / "idx", dict(model_info_of(model), storage="int8"))
+    coll.update(photos, model.encode_image, progress=False)
+    dim = int(coll.dim)
+    coll.store.set_ann_budget(400 * dim * 4 * 2 - 1)  # just below the float rows' fit
+    coll.store_caches(faiss=True)
+    assert '"spec": "OPQ' in coll.snapshot.meta["cache:faiss"]
+    c = TestClient(create_app(Collection(tmp_path / "idx"), model, method="faiss"),
+                   base_url="http://127.0.0.1")  # fmt: skip
+    r = c.get("/search", params={"q": "a red car", "k": 5})
+    assert r.status_code == 200
+    exact = coll.search(model.encode_text("a red car")[None], 5, "exact")[0]
+    assert [h["id"] for h in r.json()["results"]] == [h.id for h in exact]
+    assert c.get("/search", params={"q": "", "k": 5}).status_code == 422
+    evil = TestClient(create_app(Collection(tmp_path / "idx"), model), base_url="http://evil.com")
+    assert evil.get("/search", params={"q": "a red car"}).status_code == 403  # DNS rebinding
+
+
+def model_info_of(model) -> dict:
+    from vsekit.index import model_info
+
+    return model_info(model, "tiny")

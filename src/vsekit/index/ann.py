@@ -49,14 +49,14 @@ def choose_spec(n: int, dim: int, max_ram: int = DEFAULT_MAX_RAM) -> tuple[str |
 
     IVF-Flat (``None``) while ``n * dim * 4`` fits in half the budget. Beyond, IVF-PQ:
     ``nlist`` the power of two nearest ``4 sqrt(n)`` (16 to 65,536), and the largest
-    code of ``m`` bytes (128, 64, 32 or 16, at most half of ``dim``; OPQ reducing to
+    code of ``m`` bytes (128 down to 2, at most half of ``dim``; OPQ reducing to
     ``4m`` dimensions first; from 8,192 lists the coarse centroids are found through an
     HNSW graph, as autofaiss does, instead of scanned at every add and query)
     whose codes, ids and coarse centroids fit in 80% of the budget."""
     if n * dim * 4 <= max_ram // 2:
         return None, 32
     nlist = int(min(65_536, max(16, 2 ** round(math.log2(4 * math.sqrt(n))))))
-    for m in (128, 64, 32, 16):
+    for m in (128, 64, 32, 16, 8, 4, 2):
         if 2 * m > dim:
             continue
         d_out = min(4 * m, dim - dim % m)

@@ -101,7 +101,6 @@ def test_a_worker_killed_mid_job_is_replaced(local_cluster, setup, tmp_path):
     rep = coll.update(photos, model.encode_image, 1, progress=False, on_batch=kill_one,
                       batches=source(bundle, model))  # fmt: skip
     assert killed and killed[0][0] < 31  # killed after the first block, before the end
-    assert killed[0][1] not in embedder_pids()
     assert rep.added == 30 and len(coll) == 30 and len(rep.failed) == 1
 
 
@@ -174,3 +173,15 @@ def test_features_extract_on_ray_equals_the_local_store(local_cluster, tmp_path)
         assert (local.path / name).read_bytes() == (remote.path / name).read_bytes(), name
     assert [f["id"] for f in failed_images(remote.path)] == ["notes.jpg"]
     assert [(r["from"], r["images"]) for r in remote.meta["runs"]] == [(0, 6), (6, 8)]
+
+
+def test_a_worker_with_another_model_refuses_in_one_line(local_cluster, setup, tmp_path):
+    from vsekit.index.ray_index import ray_batches
+
+    bundle, photos, model, info = setup
+    dim = info["dim"]
+    wrong = ray_batches(bundle, dim, model.decode_size, True, 8, workers=1, fingerprint="other")
+    coll = Collection(tmp_path / "idx", info)
+    with pytest.raises(RuntimeError, match="the Ray job failed: .*install the same vsekit"):
+        coll.update(photos, model.encode_image, 8, progress=False, batches=wrong)
+    assert len(coll) == 0

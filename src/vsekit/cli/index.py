@@ -127,11 +127,16 @@ def _index(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.folder}: not a folder")
     if args.rebuild and args.repair:
         raise ValueError("--rebuild and --repair: choose one")
-    from vsekit.index.ann import parse_size
-    from vsekit.index.store import storage_of
+    from vsekit.index.ann import choose_spec, parse_size
+    from vsekit.index.store import CollectionError, storage_of
 
     budget = parse_size(args.max_ram) if args.max_ram else None
-    existing = storage_of(index)
+    try:
+        existing = storage_of(index)
+    except CollectionError:
+        if not args.rebuild:
+            raise
+        existing = None  # a damaged index: --rebuild is the cure, in the storage asked for
     if args.storage and existing and args.storage != existing and not args.rebuild:
         raise ValueError(
             f"{index}: stores its embeddings as {existing}; add --rebuild to store them as "
@@ -149,13 +154,15 @@ def _index(args: argparse.Namespace) -> int:
         name = str(where.resolve()) if where.exists() else args.model
         batches = ray_batches(name, int(info["dim"]), model.decode_size,
                               info.get("similarity", "cosine") == "cosine", args.batch_size,
-                              args.ray or None, args.workers, args.cpus_per_worker)  # fmt: skip
+                              args.ray or None, args.workers, args.cpus_per_worker,
+                              info["fingerprint"])  # fmt: skip
     elif args.workers or args.cpus_per_worker != 1:
         raise ValueError("--workers and --cpus-per-worker go with --ray")
 
     def fill(coll: Collection):
         t1 = time.perf_counter()
         if budget is not None:
+            choose_spec(max(len(coll), 1), coll.dim, budget)  # refused before it is recorded
             coll.store.set_ann_budget(budget)
         rep = coll.update(
             args.folder,

@@ -27,6 +27,7 @@ import numpy as np
 FAISS_MIN_ROWS = 100_000  # "auto" switches to FAISS from this many live rows
 DEFAULT_MAX_RAM = 4 << 30  # the ANN's budget when none is given (--max-ram)
 RERANK = 1000  # IVF-PQ candidates re-scored with the full rows, at least
+TRAIN_CAP = 262_144  # IVF-PQ training rows at most: 2 GiB of float32 at 2,048 dims
 STALE_GROWTH = 2.0  # retrain once the live rows are this many times the trained ones
 
 
@@ -67,8 +68,8 @@ def choose_spec(n: int, dim: int, max_ram: int = DEFAULT_MAX_RAM) -> tuple[str |
             coarse = f"IVF{nlist}_HNSW32" if nlist >= 8192 else f"IVF{nlist}"
             return f"OPQ{m}_{d_out},{coarse},PQ{m}", 64
     raise ValueError(
-        f"--max-ram {max_ram / (1 << 30):.1f}G: too small for {n:,} rows (IVF-PQ with "
-        f"16-byte codes needs about {n * 24 * 1.05 / (1 << 30):.1f}G)"
+        f"--max-ram {max_ram / (1 << 20):,.0f}M: too small for {n:,} rows of {dim} "
+        f"(the smallest IVF-PQ codes need about {n * 10 * 1.05 / 0.8 / (1 << 20):,.0f}M)"
     )
 
 
@@ -79,7 +80,8 @@ class FaissSearcher:
     ``spec=None``: IVF-Flat with ``nlist`` (default ``sqrt(N)``) clusters trained on 40
     sampled points each (``IndexFlatIP``, exact, below 39 a cluster). Otherwise a FAISS
     index-factory ``spec`` (IVF-PQ), trained on ``train_size`` sampled rows (default 30
-    a list, at least 65,536; OPQ uses at most 65,536 of them). A query visits ``nprobe``
+    a list, at least 65,536, at most ``TRAIN_CAP``: the training peak, beyond the budget, is
+    this sample in float32; OPQ uses at most 65,536 of them). A query visits ``nprobe``
     lists. Only live rows are added, under their row number, so results map straight
     back to the index.
     """
@@ -115,7 +117,7 @@ class FaissSearcher:
         else:
             self.index = faiss.index_factory(d, spec, faiss.METRIC_INNER_PRODUCT)
             nl = faiss.extract_index_ivf(self.index).nlist
-            size = min(len(rows), train_size or max(30 * nl, 65_536))
+            size = min(len(rows), train_size or min(max(30 * nl, 65_536), TRAIN_CAP))
             sample = rng.choice(rows, size=size, replace=False)
         if len(sample):
             self.index.train(np.ascontiguousarray(emb[np.sort(sample)], dtype=np.float32))

@@ -132,10 +132,16 @@ def _add_new_rows(fs: FaissSearcher, snap: Snapshot) -> None:
 def cached_faiss(index: Path, snap: Snapshot) -> FaissSearcher | None:
     """The stored FAISS index of this snapshot's generation, verified, with the rows
     added since it was stored added in memory (nothing is written), or None when there
-    is none or it was trained for another budget's structure or on too small a sample."""
+    is none, it was made under another RAM budget, or it is stale (the structure the
+    budget chose is kept until then, even across a size where it would choose another)."""
     fs = _load_faiss(index, snap)
-    spec, _ = choose_spec(snap.n_live, snap.dim, ann_budget(snap))
-    if fs is None or fs.spec != spec or is_stale(fs, snap.n_live):
+    if fs is None or is_stale(fs, snap.n_live):
+        return None
+    rec = _record(snap, "faiss") or {}
+    if "max_ram" in rec:  # kept until stale, unless the budget changed: no churn at a boundary
+        if rec["max_ram"] != ann_budget(snap):
+            return None
+    elif fs.spec != choose_spec(snap.n_live, snap.dim, ann_budget(snap))[0]:
         return None
     _add_new_rows(fs, snap)
     return fs
@@ -163,7 +169,7 @@ def write_faiss(index: Path, w: sqlite3.Connection, snap: Snapshot) -> None:
     fs.save(index / name)
     rec = {"file": name, "generation": snap.generation, "sha256": _sha256(index / name),
            "spec": fs.spec, "nprobe": fs.nprobe, "trained_on": fs.trained_on,
-           "rows_seen": fs.rows_seen}  # fmt: skip
+           "rows_seen": fs.rows_seen, "max_ram": ann_budget(snap)}  # fmt: skip
     with w:
         set_meta(w, **{"cache:faiss": json.dumps(rec)})
     for old in index.glob(f"faiss-{snap.generation}-*.index"):  # this generation's

@@ -33,12 +33,18 @@ class Embedder:
     UTF-8 arrive intact)."""
 
     def __init__(self, model: str, reduce_to: int | None, unit_rows: bool, dim: int,
-                 threads: int | None = None) -> None:  # fmt: skip
+                 threads: int | None = None, fingerprint: str | None = None) -> None:  # fmt: skip
         if threads:
             os.environ["VSEKIT_THREADS"] = str(threads)
         from vsekit.runtime.loading import load_model
 
         self.model = load_model(model)
+        mine = self.model.describe(model)["fingerprint"]
+        if fingerprint is not None and mine != fingerprint:  # another vsekit or bundle there
+            raise RuntimeError(
+                f"this worker's model {model!r} is {mine}, the index's is {fingerprint}: "
+                "install the same vsekit and bundle on every worker"
+            )
         self.reduce_to, self.unit_rows, self.dim = reduce_to, unit_rows, dim
 
     def __call__(self, block: dict) -> dict:
@@ -83,6 +89,15 @@ def actor_pool_map(
     import ray
 
     cluster(address)
+    try:
+        yield from _pool_map(ray, rows, worker, kwargs, batch_size, workers, cpus_per_worker,
+                             ordered)  # fmt: skip
+    except ray.exceptions.RayError as e:  # a worker's failure, in one line
+        last = [x for x in str(e).splitlines() if x.strip()][-1:] or [type(e).__name__]
+        raise RuntimeError(f"the Ray job failed: {last[0].strip()}") from e
+
+
+def _pool_map(ray, rows, worker, kwargs, batch_size, workers, cpus_per_worker, ordered):
     ray.data.DataContext.get_current().execution_options.preserve_order = ordered
     n = workers or max(1, int(ray.cluster_resources().get("CPU", 1)) // cpus_per_worker)
     ds = ray.data.from_items(rows, override_num_blocks=max(1, -(-len(rows) // batch_size)))
@@ -108,17 +123,19 @@ def ray_batches(
     address: str | None = None,
     workers: int | None = None,
     cpus_per_worker: int = 1,
+    fingerprint: str | None = None,
 ) -> BatchSource:
     """A :data:`~vsekit.index.update.BatchSource` embedding on Ray: ``workers`` actors
     (default: the cluster's CPUs over ``cpus_per_worker``), each with
-    ``cpus_per_worker`` CPUs and as many model threads, ``batch_size`` files a block."""
+    ``cpus_per_worker`` CPUs and as many model threads, ``batch_size`` files a block.
+    ``fingerprint``: the index's model; a worker whose model differs refuses to start."""
 
     def source(todo: list) -> Iterator[Batch]:
         if not todo:
             return
         rows = [{"path": os.fsencode(p), "size": s, "mtime": m} for p, s, m in todo]
         kwargs = {"model": model, "reduce_to": reduce_to, "unit_rows": unit_rows, "dim": dim,
-                  "threads": cpus_per_worker}  # fmt: skip
+                  "threads": cpus_per_worker, "fingerprint": fingerprint}  # fmt: skip
         yield from actor_pool_map(rows, Embedder, kwargs, batch_size, address, workers,
                                   cpus_per_worker)  # fmt: skip
 

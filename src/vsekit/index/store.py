@@ -214,7 +214,9 @@ class IndexStore:
         with self.writer(reopen=False) as w:
             if dict(w.execute("SELECT key, value FROM meta").fetchall()):
                 return  # another process created it while this one waited
-            if not self._lock_held and any(self.path.glob("emb-*.*")):
+            if not self._lock_held and any(
+                f.name.startswith("emb-") for f in _derived_files(self.path)
+            ):
                 raise CollectionError(
                     f"{self.db_path}: an empty or foreign index database; {rebuild}"
                 )

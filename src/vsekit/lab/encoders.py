@@ -45,11 +45,12 @@ def expand_vocab(bundle: str | Path, top: int = DEFAULT_EXPANSION_TOP, ridge: fl
         exp.info = dict(exp.info, members={p: f.info for p, f in fits.items()})
     onnx_meta = model.path / "onnx.json"
     prev = json.loads(onnx_meta.read_text()) if onnx_meta.is_file() else None
+    calibration = _calibration_of(model.path, prev) if prev is not None else None  # first
     write_expansion(model.path, exp.words, exp.vectors, exp.info)
     note = ""
     if prev is not None:
         note = "; ONNX files re-made with their recorded settings"
-        remake_encoders(model.path, prev)
+        remake_encoders(model.path, prev, calibration)
     return (
         f"{model.path}: {len(exp.words):,} words added (map fitted on "
         f"{exp.info['fitted_on']:,} training words, held-out R^2 "
@@ -57,10 +58,10 @@ def expand_vocab(bundle: str | Path, top: int = DEFAULT_EXPANSION_TOP, ridge: fl
     )
 
 
-def remake_encoders(bundle: Path, prev: dict) -> dict:
-    """Export ``bundle`` again as its previous ``onnx.json`` (``prev``) describes it."""
+def _calibration_of(bundle: Path, prev: dict) -> list[Path] | None:
+    """The calibration photos ``prev`` (an onnx.json) records, found again; ValueError
+    naming what to do when they cannot be (checked before anything is written)."""
     from vsekit.lab.train.calibration import SAMPLES, calibration_images
-    from vsekit.lab.train.onnx_export import export_onnx
 
     int8 = prev.get("int8") or {}
     calibration = None
@@ -80,6 +81,17 @@ def remake_encoders(bundle: Path, prev: dict) -> dict:
                 )
             source = data
         calibration = calibration_images(source, int(int8["calibration_images"]))
+    return calibration
+
+
+def remake_encoders(bundle: Path, prev: dict, calibration: list[Path] | None = None) -> dict:
+    """Export ``bundle`` again as its previous ``onnx.json`` (``prev``) describes it
+    (``calibration``: its photos, when already found)."""
+    from vsekit.lab.train.onnx_export import export_onnx
+
+    int8 = prev.get("int8") or {}
+    if int8 and calibration is None:
+        calibration = _calibration_of(bundle, prev)
     only = prev.get("default_precision") == "int8" and "image.onnx" not in prev["sha256"]
     return export_onnx(
         VSEModel.load(bundle, device="cpu"), bundle, storage=prev.get("storage", "fp16"),

@@ -204,6 +204,15 @@ def test_cli_storage_and_budget(tmp_path, capsys):
     assert not (tmp_path / "idx").exists()  # refused before anything was made
     assert main(run) == 0
     assert list((tmp_path / "idx").glob("emb-*")) == [tmp_path / "idx" / "emb-0.f32"]
+    assert "hint:" not in capsys.readouterr().err
+    import vsekit.cli.index as cli_index
+
+    cli_index.INT8_HINT_ROWS, old_hint = 5, cli_index.INT8_HINT_ROWS
+    try:  # a large float32 index gets a one-line suggestion
+        assert main(run) == 0
+        assert "--storage int8 --rebuild" in capsys.readouterr().err
+    finally:
+        cli_index.INT8_HINT_ROWS = old_hint
     assert main([*run, "--storage", "int8"]) == 2
     assert "stores its embeddings as f32; add --rebuild" in capsys.readouterr().err
     assert main(["search", "a dog", "--index", idx, "--k", "6"]) == 0

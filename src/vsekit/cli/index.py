@@ -37,6 +37,9 @@ def report_skipped(failed: list[tuple[str, str]], verbose: bool = False) -> None
               file=sys.stderr)  # fmt: skip
 
 
+INT8_HINT_ROWS = 1_000_000  # from this many photos, vse index suggests int8 rows
+
+
 @command
 def _add_index(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("index", help="embed every photo and video under a folder (incremental)")
@@ -202,6 +205,10 @@ def _index(args: argparse.Namespace) -> int:
         print(json.dumps({"index": str(index), "images": len(coll), **asdict(rep)}, indent=2))
     else:
         print(f"{index}: {rep.summary()}; {len(coll)} images indexed")
+    if coll.store.storage == "f32" and len(coll) >= INT8_HINT_ROWS:
+        gb = len(coll) * coll.dim * 4 / 1e9
+        print(f"hint: {index} holds {gb:.1f} GB of float32 rows; `--storage int8 --rebuild` "
+              "stores them in a quarter of that", file=sys.stderr)  # fmt: skip
     if args.watch:
         return _watch(args, coll, fill)
     return 0

@@ -433,13 +433,16 @@ def report(done: dict[str, dict]) -> str:
         fig = f"{m:+.1f} ± {se:.1f}" if diffs and not math.isnan(m) else "—"
         lines.append(f"| {c.title} | {c.source} | {fig} | {len(diffs)} | {v} |")
     lines += ["", "## Every recorded cell", "",
-              "| cell | slice rsum (selects) | dev rsum (reported) | best epoch | started | "
-              "train time | commit |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+              "| cell | slice rsum (selects) | dev rsum (reported) | best epoch | epochs L_S / "
+              "L_M | started | train time | commit |",
+              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for name, c in sorted(done.items()):
+        ph = c.get("phases")  # recorded from 2026-11-24; curriculum rows show both losses
+        phases = f"{ph.get('sum', 0)} / {ph.get('max', 0)}" if ph else "—"
         lines.append(
             f"| {name} | {c['slice']['rsum']:.1f} | {c['dev']['rsum']:.1f} | {c['best_epoch']} "
-            f"| {'yes' if c['started'] else 'no'} | {c['train_seconds'] / 60:.0f} min | "
-            f"{c['git_commit'][:7]} |"
+            f"| {phases} | {'yes' if c['started'] else 'no'} | {c['train_seconds'] / 60:.0f} "
+            f"min | {c['git_commit'][:7]} |"
         )
     lines += ["", "The slice has 500 images and dev 1,000: the same model ranks better "
               "among fewer candidates, so slice rsums run above dev ones."]  # fmt: skip

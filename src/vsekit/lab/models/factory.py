@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vsekit.config import _coerce
+from vsekit.config import from_dict, tagged
 from vsekit.lab.models.bilinear import BilinearConfig, BilinearTagger
 from vsekit.lab.models.conse import ConSEConfig, ConSEEmbedding
 from vsekit.lab.models.dot import UnitDotModel
@@ -40,7 +40,8 @@ class EnsembleConfig:
     similarity: str = "cosine"  # the members' own (each must be cosine)
 
 
-ModelConfig = JointConfig | W2VVConfig | BilinearConfig | EnsembleConfig | ConSEConfig
+# a model section: its ``kind`` picks the dataclass (joint when absent)
+ModelConfig = tagged(JointConfig, W2VVConfig, BilinearConfig, EnsembleConfig, ConSEConfig)
 
 
 class EnsembleEmbedding(UnitDotModel, nn.Module):
@@ -136,7 +137,7 @@ def upgrade_model_section(d: dict) -> dict:
 def model_config(d: Any, where: str = "model") -> ModelConfig:
     """Parse a model section into its kind's config dataclass; an unknown kind or an
     option of another kind raises ConfigError naming the field."""
-    return _coerce(d, ModelConfig, where)
+    return from_dict(ModelConfig, d, where)
 
 
 def create_model(img_dim: int, vocab: Vocabulary, cfg: ModelConfig) -> nn.Module:

@@ -72,12 +72,18 @@ class _ViewsDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, k: int):
         k += self.start
-        try:
-            return k, item_views(self.items[k].path, self.crops, self.size, self.sampling), None
-        except ImageError as e:
-            return k, None, str(e)
-        except Exception as e:  # noqa: BLE001 - a bad file must never stop a long run
-            return k, None, f"{self.items[k].path}: {type(e).__name__}: {e}"
+        return read_views(k, self.items[k].path, self.crops, self.size, self.sampling)
+
+
+def read_views(k: int, path, crops: int, size: int, sampling: Sampling | None):
+    """``(k, views, None)``, or ``(k, None, error)`` for a file that cannot be read: a
+    bad file must never stop a long run (here, or in a Ray worker)."""
+    try:
+        return k, item_views(path, crops, size, sampling), None
+    except ImageError as e:
+        return k, None, str(e)
+    except Exception as e:  # noqa: BLE001
+        return k, None, f"{path}: {type(e).__name__}: {e}"
 
 
 def _collate(batch):

@@ -18,8 +18,7 @@ import pickle
 import numpy as np
 
 from vsekit.index.ray_index import actor_pool_map
-from vsekit.lab.features.extract import BlockSource, features_of, item_views
-from vsekit.media.images import ImageError
+from vsekit.lab.features.extract import BlockSource, features_of, read_views
 from vsekit.media.video import Sampling
 
 
@@ -40,15 +39,8 @@ class FeatureWorker:
         self.crops, self.size, self.with_rmac, self.sampling = crops, size, with_rmac, sampling
 
     def __call__(self, block: dict) -> dict:
-        batch = []
-        for k, p in zip(block["k"], block["path"], strict=True):
-            path = os.fsdecode(bytes(p))
-            try:
-                batch.append((int(k), item_views(path, self.crops, self.size, self.sampling), None))
-            except ImageError as e:
-                batch.append((int(k), None, str(e)))
-            except Exception as e:  # noqa: BLE001 - as the local path: a bad file never stops a run
-                batch.append((int(k), None, f"{path}: {type(e).__name__}: {e}"))
+        batch = [read_views(int(k), os.fsdecode(bytes(p)), self.crops, self.size, self.sampling)
+                 for k, p in zip(block["k"], block["path"], strict=True)]  # fmt: skip
         out = features_of(self.model, batch, self.crops, self.with_rmac)
         return {"out": np.array([pickle.dumps(out)], dtype=object)}
 

@@ -269,8 +269,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--max-ram", default="4G")
-    ap.add_argument("--rerank", type=int, nargs="+", default=[250, 500, 1000])
-    ap.add_argument("--nprobe", type=int, nargs="+", default=[32, 64, 128])
+    ap.add_argument("--spec", help="a FAISS index-factory string instead of choose_spec's")
+    ap.add_argument("--rerank", type=int, nargs="+", default=[100, 250, 1000])
+    ap.add_argument("--nprobe", type=int, nargs="+", default=[64, 128, 256])
     ap.add_argument("--compare-flat", action="store_true", help="also in-RAM IVF-Flat")
     ap.add_argument("--build-only", action="store_true", help="stop once the index is built")
     ap.add_argument("--search-only", action="store_true", help="time a built index only")
@@ -286,6 +287,16 @@ def main() -> None:
     cal = gen.calibrate(real)
     out_json = HERE / f"big_index_{args.rows // 1_000_000}m.json"
     results = json.loads(out_json.read_text()) if out_json.is_file() else {}
+    if "nprobe 64, rerank 250" in results.get("ivfpq", {}):  # one spec's sweep, before --spec
+        results["ivfpq"] = {
+            results["index"]["spec"]: {
+                "index": results.pop("index"),
+                "sweep": results["ivfpq"],
+                "disk_bytes": results.pop("disk_bytes", None),
+                "cpu_note": results.pop("cpu_note", ""),
+                "command": results.pop("command", ""),
+            }
+        }
     synth = gen.chunk(12345, len(real))
     plot = HERE / "big_index_calibration.png"
     results["calibration"] = {**cal, **plot_calibration(real, synth, plot)}
@@ -296,6 +307,8 @@ def main() -> None:
         raise SystemExit(
             f"{args.rows:,} rows fit {args.max_ram}: IVF-Flat; pass a smaller --max-ram"
         )
+    results["chosen_spec"] = {"max_ram": args.max_ram, "spec": spec, "nprobe": nprobe}
+    spec = args.spec or spec
     if args.search_only and not (work / "state.json").is_file():
         raise SystemExit(f"{work}: nothing built yet; run without --search-only")
     state = build(args, work, gen, queries)
@@ -303,9 +316,9 @@ def main() -> None:
     info = build_index(args, work, spec, nprobe)
     if args.compare_flat:
         flat = build_index(args, work, None, 32)
-    results["index"] = {**info, "max_ram": args.max_ram,
-                        "rows_file_bytes": (work / "rows.i8").stat().st_size}  # fmt: skip
-    print("index", results["index"], f"({time.perf_counter() - t0:.0f} s)", flush=True)
+    info = {**info, "max_ram": args.max_ram,
+            "rows_file_bytes": (work / "rows.i8").stat().st_size}  # fmt: skip
+    print("index", info, f"({time.perf_counter() - t0:.0f} s)", flush=True)
     if args.build_only:
         return
     sweep = {}
@@ -314,16 +327,18 @@ def main() -> None:
             r = search(work, args.rows, dict(info, nprobe=npr), rr, False)
             sweep[f"nprobe {npr}, rerank {rr}"] = r
             print(npr, rr, r, flush=True)
-    results["ivfpq"] = sweep
+    results.setdefault("ivfpq", {})[spec] = {
+        "index": info,
+        "sweep": sweep,
+        "disk_bytes": info["rows_file_bytes"] + info["index_bytes"],
+        "cpu_note": os.environ.get("BENCH_NOTE", ""),
+        "command": "python benchmarks/big_index.py " + " ".join(sys.argv[1:]),
+    }
     if args.compare_flat:
         results["ivf_flat"] = {**flat, "search": search(work, args.rows, flat, 0, True)}
         print("flat", results["ivf_flat"], flush=True)
-    results["disk_bytes"] = sum(f.stat().st_size for f in work.iterdir()
-                                if f.name == "rows.i8" or f.name == info["file"])  # fmt: skip
-    results["command"] = "python benchmarks/big_index.py " + " ".join(sys.argv[1:])
-    results["cpu_note"] = os.environ.get("BENCH_NOTE", "")
     record(out_json, results)
-    print(json.dumps({k: results[k] for k in ("ivfpq", "disk_bytes")}, indent=1))
+    print(json.dumps(results["ivfpq"][spec], indent=1))
 
 
 if __name__ == "__main__":

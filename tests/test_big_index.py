@@ -60,9 +60,9 @@ def test_int8_rows_round_trip_against_float32():
 def test_the_budget_chooses_the_structure():
     assert choose_spec(100_000, 2048, 4 << 30)[0] is None  # 0.8 GB of rows: IVF-Flat
     spec, nprobe = choose_spec(10_000_000, 2048, 4 << 30)
-    assert spec == "OPQ128_512,IVF16384_HNSW32,PQ128" and nprobe == 64
-    assert choose_spec(10_000_000, 2048, 1 << 30)[0] == "OPQ64_256,IVF16384_HNSW32,PQ64"
-    assert choose_spec(1_000_000, 2048, 4 << 30)[0] == "OPQ128_512,IVF4096,PQ128"
+    assert spec == "OPQ256_512,IVF16384_HNSW32,PQ256x4fs" and nprobe == 128
+    assert choose_spec(10_000_000, 2048, 1 << 30)[0] == "OPQ128_256,IVF16384_HNSW32,PQ128x4fs"
+    assert choose_spec(1_000_000, 2048, 4 << 30)[0] == "OPQ256_512,IVF4096,PQ256x4fs"
     with pytest.raises(ValueError, match="too small for 10,000,000 rows"):
         choose_spec(10_000_000, 2048, 100 << 20)
     assert parse_size("4G") == 4 << 30 and parse_size("512m") == 512 << 20
@@ -72,7 +72,8 @@ def test_the_budget_chooses_the_structure():
             parse_size(bad)
 
 
-def test_ivfpq_reranked_from_int8_rows_finds_what_exact_search_finds():
+@pytest.mark.parametrize("spec", ["IVF64,PQ16", "IVF64,PQ32x4fs"])  # 8-bit, fast scan
+def test_ivfpq_reranked_from_int8_rows_finds_what_exact_search_finds(spec):
     """The fast path (PQ codes in RAM, int8 rows on disk) against exact float32 search:
     recall@10 of the re-ranked candidates, with and without a filter."""
     rng = np.random.default_rng(1)
@@ -80,7 +81,7 @@ def test_ivfpq_reranked_from_int8_rows_finds_what_exact_search_finds():
     x = unit(centres[rng.integers(0, 40, N)] + 0.06 * rng.normal(size=(N, DIM)))
     q = unit(x[rng.choice(N, 50, replace=False)] + 0.03 * rng.normal(size=(50, DIM)))
     rows = Int8Rows(quantize_int8(x), DIM)
-    fs = FaissSearcher(rows, spec="IVF64,PQ16", nprobe=16)  # OPQ: the next test
+    fs = FaissSearcher(rows, spec=spec, nprobe=16)  # OPQ: the next tests
     assert fs.approximate and fs.n == N and fs.trained_on == N
     _, truth = exact_search(x, q, 10)
     _, cand = fs.search(q, 300)
@@ -95,6 +96,30 @@ def test_ivfpq_reranked_from_int8_rows_finds_what_exact_search_finds():
     recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, truth, strict=True)])
     assert recall >= 0.9, recall
     assert not is_stale(fs, N) and is_stale(fs, 2 * N + 1) and is_stale(fs, N // 2 - 1)
+
+
+def test_an_hnsw_coarse_quantizer_returns_the_nearest_lists():
+    """The lists an HNSW coarse quantizer picks against the exact ranking of every
+    centroid: with FAISS's default ``efSearch`` (16) it misses many of the ``nprobe``
+    nearest (the positive control); the searcher widens it with ``nprobe``."""
+    import faiss
+
+    rng = np.random.default_rng(2)
+    x = unit(rng.normal(size=(N, DIM)))
+    q = unit(rng.normal(size=(100, DIM)))
+    fs = FaissSearcher(x, spec="IVF512_HNSW32,PQ8", nprobe=128, train_size=N)
+    ivf = faiss.extract_index_ivf(fs.index)
+    quantizer = faiss.downcast_index(ivf.quantizer)
+    centroids = faiss.downcast_index(quantizer.storage).reconstruct_n(0, ivf.nlist)
+    exact = np.argsort(-(q @ centroids.T), axis=1)[:, :128]
+
+    def overlap() -> float:
+        _, got = quantizer.search(q, 128)
+        return np.mean([len(set(a) & set(b)) / 128 for a, b in zip(got, exact, strict=True)])
+
+    assert quantizer.hnsw.efSearch == 256 and overlap() >= 0.99
+    quantizer.hnsw.efSearch = 16
+    assert overlap() < 0.95
 
 
 def _photos(folder, n, start=0):
@@ -156,11 +181,11 @@ def test_a_budget_beyond_ram_gives_ivfpq_grown_with_the_collection(tmp_path):
     c.store.set_ann_budget(60_000)  # 400 rows of 64 floats are 102 KB
     c.store_caches(faiss=True)
     rec = c.snapshot.meta["cache:faiss"]
-    assert '"spec": "OPQ16_64,IVF64,PQ16"' in rec and '"trained_on": 400' in rec
+    assert '"spec": "OPQ32_64,IVF64,PQ32x4fs"' in rec and '"trained_on": 400' in rec
     q = PixelEmbedder()([Image.open(photos / f"{i}.png").convert("RGB") for i in (1, 2, 3)])
     fresh = Collection(tmp_path / "idx")
     fs = fresh._faiss_for(fresh.snapshot)
-    assert fs.approximate and fs.spec == "OPQ16_64,IVF64,PQ16"
+    assert fs.approximate and fs.spec == "OPQ32_64,IVF64,PQ32x4fs"
     fs.rerank = 0  # re-rank only the PQ step's 4k + 100 best, not every row of 400
     for a, b in zip(fresh.search(q, 10, "faiss"), fresh.search(q, 10, "exact"), strict=True):
         assert a[0].id == b[0].id and len({h.id for h in a} & {h.id for h in b}) >= 9

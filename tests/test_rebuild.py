@@ -15,7 +15,7 @@ import pytest
 from tests.test_faults import ROOT, assert_consistent, photos_in
 from tests.test_index import INFO, CountingEmbedder
 from vsekit.index import Collection, CollectionError
-from vsekit.index.store import DB_NAME, REBUILD_NAME
+from vsekit.index.files import DB_NAME, REBUILD_NAME
 
 OTHER = {**INFO, "name": "other", "fingerprint": "0ther"}
 

@@ -131,7 +131,8 @@ def _index(args: argparse.Namespace) -> int:
     if args.rebuild and args.repair:
         raise ValueError("--rebuild and --repair: choose one")
     from vsekit.index.ann import choose_spec, parse_size
-    from vsekit.index.store import CollectionError, storage_of
+    from vsekit.index.schema import CollectionError
+    from vsekit.index.store import storage_of
 
     budget = parse_size(args.max_ram) if args.max_ram else None
     try:

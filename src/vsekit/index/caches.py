@@ -21,8 +21,8 @@ import numpy as np
 
 from vsekit.fsio import atomic_write
 from vsekit.index.ann import DEFAULT_MAX_RAM, FaissSearcher, choose_spec, is_stale
+from vsekit.index.schema import set_meta
 from vsekit.index.snapshot import Snapshot
-from vsekit.index.store import set_meta
 from vsekit.progress import progress_bar
 
 PenaltyFn = Callable[[np.ndarray], np.ndarray]

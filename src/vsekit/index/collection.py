@@ -34,19 +34,14 @@ import numpy as np
 
 from vsekit.fsio import open_no_wait
 from vsekit.index import caches
+from vsekit.index.files import DB_NAME, LOCK_NAME
 from vsekit.index.filters import Filters
+from vsekit.index.rebuild import rebuilding
 from vsekit.index.scan import inside, printable, scan_media
+from vsekit.index.schema import INDEX_VERSION, CollectionError, check_model
 from vsekit.index.search import FAISS_MIN_ROWS, FaissSearcher, search_snapshot
 from vsekit.index.snapshot import Hit, Snapshot
-from vsekit.index.store import (
-    DB_NAME,
-    INDEX_VERSION,
-    LOCK_NAME,
-    CollectionError,
-    IndexStore,
-    check_model,
-    rebuilding,
-)
+from vsekit.index.store import IndexStore
 from vsekit.index.update import FRAME_EVERY, SEGMENT_SECONDS, UpdateReport, update
 
 __all__ = [
@@ -117,7 +112,7 @@ class Collection:
     def rebuild(cls, path: str | Path, model_info: dict) -> Iterator[Collection]:
         """``with Collection.rebuild(path, info) as coll: coll.update(...)``: a new index
         built beside the one at ``path`` under its writer lock and swapped in when the
-        block ends without an error (:func:`vsekit.index.store.rebuilding`); the old
+        block ends without an error (:func:`vsekit.index.rebuild.rebuilding`); the old
         index is untouched otherwise."""
         return _rebuild(cls, path, model_info)
 

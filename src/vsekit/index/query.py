@@ -172,7 +172,7 @@ def open_collection(
     """The collection at ``index`` and its model (by default the one it was built with),
     loaded once: the image precision (fp32 / int8) whose fingerprint is the index's is
     read from the bundle first. CollectionError if the model's fingerprint is not the
-    index's (:func:`~vsekit.index.store.check_model`)."""
+    index's (:func:`~vsekit.index.schema.check_model`)."""
     coll = Collection(index)
     name = model_name or coll.model_name
     precision = None

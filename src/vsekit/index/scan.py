@@ -39,7 +39,7 @@ def scan_media(
 ) -> Iterator[tuple[str, int, int]]:
     """``(absolute path, size, mtime_ns)`` of every regular image or video file under ``root``,
     sorted. A file name that is not UTF-8 is kept as Python reads it (undecodable bytes
-    as surrogates; the index stores its bytes, :func:`vsekit.index.store.path_param`).
+    as surrogates; the index stores its bytes, :func:`vsekit.index.schema.path_param`).
     What cannot be indexed is appended to ``skipped`` as ``(path, reason)``: FIFOs,
     devices and sockets named like images (never opened,
     so nothing hangs), broken symbolic links and loops, symbolic links to files outside

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -32,57 +31,30 @@ from pathlib import Path
 
 import numpy as np
 
-from vsekit.fsio import RowFile, exclusive_lock, fsync_dir, fsync_file
+from vsekit.fsio import RowFile, exclusive_lock
+from vsekit.index.files import (
+    DB_NAME,
+    LOCK_NAME,
+    derived_files,
+    drop_caches,
+    file_identity,
+    generation_of,
+    remove_rebuild,
+)
 from vsekit.index.rows import check_storage, emb_path, open_rows, row_bytes, row_file
+from vsekit.index.schema import (
+    ALL_ROWS,
+    INDEX_VERSION,
+    SCHEMA,
+    CollectionError,
+    check_model,
+    decode_text,
+    set_meta,
+)
 from vsekit.index.snapshot import Snapshot, read_snapshot
 
-INDEX_VERSION = 1
-DB_NAME = "index.sqlite"
-LOCK_NAME = "index.lock"
 #: embeddings files up to this size are read through for NaN and infinities at each open
 SCAN_AT_OPEN = 1 << 30
-#: the database a rebuild fills beside the live one, renamed over it when complete
-REBUILD_NAME = DB_NAME + ".rebuild"
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS files (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    path TEXT UNIQUE NOT NULL,
-    size INTEGER NOT NULL,
-    mtime_ns INTEGER NOT NULL,
-    row INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS segments (
-    file_id INTEGER NOT NULL,
-    row INTEGER NOT NULL,
-    start REAL NOT NULL,
-    end REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS segments_file ON segments (file_id);
-CREATE TABLE IF NOT EXISTS photo_meta (
-    file_id INTEGER PRIMARY KEY,
-    taken TEXT,
-    taken_from TEXT NOT NULL,
-    make TEXT,
-    model TEXT,
-    lat REAL,
-    lon REAL,
-    sha256 TEXT
-);
-CREATE TABLE IF NOT EXISTS failed (
-    path TEXT PRIMARY KEY,
-    size INTEGER NOT NULL,
-    mtime_ns INTEGER NOT NULL,
-    error TEXT NOT NULL
-);
-"""
-#: every embedding row in use: files' own rows and their video segments' rows
-ALL_ROWS = "SELECT row FROM files UNION ALL SELECT row FROM segments"
-
-
-class CollectionError(ValueError):
-    """An index could not be opened or does not fit the model; names the path."""
 
 
 class IndexStore:
@@ -123,7 +95,7 @@ class IndexStore:
         """Open the read-only connection and read the model's meta (again after a
         rebuild replaced the database)."""
         rebuild = f"rebuild it with `vse index FOLDER --index {self.path} --rebuild`"
-        inode = _inode(self.db_path)
+        inode = file_identity(self.db_path)
         try:
             self.db = self._reader()
             meta = self.meta()
@@ -215,7 +187,7 @@ class IndexStore:
             if dict(w.execute("SELECT key, value FROM meta").fetchall()):
                 return  # another process created it while this one waited
             if not self._lock_held and any(
-                f.name.startswith("emb-") for f in _derived_files(self.path)
+                f.name.startswith("emb-") for f in derived_files(self.path)
             ):
                 raise CollectionError(
                     f"{self.db_path}: an empty or foreign index database; {rebuild}"
@@ -251,10 +223,10 @@ class IndexStore:
     def reopen_if_replaced(self) -> bool:
         """Reopen the connections if a rebuild has renamed a new database over the one
         they read (a connection keeps reading the file it opened); True if it did."""
-        if _inode(self.db_path) in (self._inode, None):
+        if file_identity(self.db_path) in (self._inode, None):
             return False
         with self._read_lock:
-            if _inode(self.db_path) in (self._inode, None):
+            if file_identity(self.db_path) in (self._inode, None):
                 return False  # another thread reopened them
             # the model in use: the one given, else the one the index had when opened
             # (a process holding a model must never read or add another's embeddings)
@@ -431,9 +403,9 @@ class IndexStore:
         meta = dict(w.execute("SELECT key, value FROM meta").fetchall())
         gen, n_rows = int(meta["generation"]), int(meta["rows"])
         if not self._lock_held:  # a rebuild's store leaves the live index's files alone
-            _remove_rebuild(self.path)  # what a killed rebuild left
-            for stray in _derived_files(self.path):  # earlier generations' files
-                if _generation_of(stray.name) != gen:
+            remove_rebuild(self.path)  # what a killed rebuild left
+            for stray in derived_files(self.path):  # earlier generations' files
+                if generation_of(stray.name) != gen:
                     stray.unlink(missing_ok=True)
         live = w.execute(
             "SELECT 'f', id, row FROM files UNION ALL SELECT 's', rowid, row FROM segments"
@@ -461,142 +433,6 @@ class IndexStore:
             set_meta(w, generation=gen + 1, rows=len(live))
         emb_path(self.path, gen, self.storage).unlink(missing_ok=True)
         return True
-
-
-#: how SQL binds a file path: its bytes as TEXT (see :func:`path_param`)
-PATH = "CAST(? AS TEXT)"
-
-
-def path_param(path: str) -> bytes:
-    """A path as a query parameter, for :data:`PATH`: its file-system bytes, so that a
-    name that is not UTF-8 (undecodable bytes, which Python holds as surrogates) is
-    stored losslessly. A UTF-8 name gives the very TEXT a ``str`` would."""
-    return os.fsencode(path)
-
-
-def decode_text(raw: bytes) -> str:
-    """The connections' text factory: UTF-8, with a stored non-UTF-8 path's bytes back
-    as surrogates (:func:`os.fsdecode` would give the same)."""
-    return raw.decode("utf-8", "surrogateescape")
-
-
-def _inode(path: Path) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return st.st_dev, st.st_ino
-
-
-#: the names of the index's own derived files (nothing else in its folder is touched)
-_DERIVED = re.compile(
-    r"^(?:emb-(\d+)\.(?:f32|i8)|pen-(\d+)-[0-9a-f]+\.f32|faiss-(\d+)-\d+-\d+\.index)$"
-)
-
-
-def _generation_of(name: str) -> int:
-    """``emb-3.f32``, ``pen-3-<key>.f32``, ``faiss-3-<rows>-<live>.index`` -> 3; -1 for
-    any other name."""
-    m = _DERIVED.match(name)
-    return int(next(g for g in m.groups() if g is not None)) if m else -1
-
-
-def _derived_files(index: Path) -> list[Path]:
-    """The index's embeddings and caches, by their exact names only."""
-    return [f for f in index.iterdir() if _DERIVED.match(f.name)] if index.is_dir() else []
-
-
-def _remove_rebuild(index: Path, generation: int | None = None) -> None:
-    """Remove what an unfinished rebuild wrote (its database, its journal and, given
-    its generation, its embeddings and caches)."""
-    for name in (REBUILD_NAME, REBUILD_NAME + "-journal", REBUILD_NAME + "-wal",
-                 REBUILD_NAME + "-shm"):  # fmt: skip
-        (index / name).unlink(missing_ok=True)
-    if generation is not None:
-        for f in _derived_files(index):
-            if _generation_of(f.name) == generation:
-                f.unlink(missing_ok=True)
-
-
-@contextlib.contextmanager
-def rebuilding(path: str | Path, model_info: dict) -> Iterator[IndexStore]:
-    """Build a new index for ``model_info`` beside the one at ``path`` and swap it in.
-
-    Under the writer lock for the whole build (a concurrent ``vse index`` waits, then
-    sees the new index), the new database ``index.sqlite.rebuild`` is filled with rows of
-    a generation no file of the old index uses; the caller fills it through the yielded
-    store. On success it is renamed over ``index.sqlite`` (one atomic rename: a reader
-    sees the old index or the new one, never neither) and the old index's files are
-    removed. On any failure, a kill included, the old index stays as it was and the next
-    rebuild removes the leftovers. Only the index's own files are ever deleted.
-    """
-    path = Path(path).expanduser()
-    if path.exists() and not path.is_dir():
-        raise CollectionError(f"{path}: is a file, not an index folder")
-    path.mkdir(parents=True, exist_ok=True)
-    waiting = f"{path}: another process is updating this index; waiting"
-    with exclusive_lock(path / LOCK_NAME, wait=waiting):
-        _remove_rebuild(path)
-        _roll_back(path / DB_NAME)  # a killed writer's hot journal, before it can be lost
-        gen = 1 + max((_generation_of(f.name) for f in _derived_files(path)), default=-1)
-        store = IndexStore(path, model_info, db_name=REBUILD_NAME, lock_held=True,
-                           generation=gen)  # fmt: skip
-        try:
-            yield store
-            store.close()
-            fsync_file(store.db_path)
-        except BaseException:
-            store.close()
-            _remove_rebuild(path, gen)
-            raise
-        # from here the new index is complete: nothing of it is removed any more
-        for name in ("-journal", "-wal", "-shm"):  # the old database's (rolled back above)
-            (path / (DB_NAME + name)).unlink(missing_ok=True)
-        os.replace(store.db_path, path / DB_NAME)
-        fsync_dir(path)
-        for f in _derived_files(path):
-            if _generation_of(f.name) != gen:
-                f.unlink(missing_ok=True)
-
-
-def _roll_back(db_path: Path) -> None:
-    """Let SQLite roll back a hot journal of ``db_path`` (the caller holds the lock); a
-    damaged or foreign database is left as it is (a rebuild replaces it anyway)."""
-    if not db_path.is_file():
-        return
-    try:
-        db = sqlite3.connect(db_path, timeout=30)
-        try:
-            db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
-        finally:
-            db.close()
-    except sqlite3.DatabaseError:
-        pass
-
-
-def set_meta(w: sqlite3.Connection, **kv) -> None:
-    w.executemany(
-        "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
-        [(k, str(v)) for k, v in kv.items()],
-    )
-
-
-def drop_caches(w: sqlite3.Connection, index: Path) -> None:
-    """Forget every derived cache (their records, then their files)."""
-    w.execute("DELETE FROM meta WHERE key LIKE 'cache:%'")
-    for f in [*index.glob("pen-*.f32"), *index.glob("faiss-*.index")]:
-        f.unlink(missing_ok=True)
-
-
-def check_model(index: Path, meta: dict[str, str], model_info: dict) -> None:
-    """The one check that an index and a model belong together: CollectionError naming
-    both fingerprints when the model's embeddings are not the index's."""
-    if model_info["fingerprint"] != meta["fingerprint"]:
-        raise CollectionError(
-            f"{index}: built with model {meta['model']!r} ({meta['fingerprint']}), "
-            f"not {model_info['name']!r} ({model_info['fingerprint']}); "
-            "use that model or rebuild the index with --rebuild"
-        )
 
 
 def storage_of(path: str | Path) -> str | None:

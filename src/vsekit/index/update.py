@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from vsekit.index.scan import match_moves, printable, scan_media
-from vsekit.index.store import PATH, CollectionError, IndexStore, path_param, set_meta
+from vsekit.index.schema import PATH, CollectionError, path_param, set_meta
+from vsekit.index.store import IndexStore
 from vsekit.media.exif import PhotoMeta, read_meta
 from vsekit.media.images import ImageError, load_image
 from vsekit.media.video import Sampling, embed_video, is_video

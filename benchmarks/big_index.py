@@ -223,17 +223,19 @@ def build_index(args, work: Path, spec: str | None, nprobe: int) -> dict:
 
 
 SEARCH = r"""
-import json, resource, sys, time
+import json, sys, time
 import numpy as np
 from vsekit.index.ann import FaissSearcher
-from vsekit.index.rows import Int8Rows
+from vsekit.index.rows import Int8Rows, for_scattered_reads
 from vsekit.index.search import rerank
-work, rows_n, index_file, spec, nprobe, rerank_n, flat = sys.argv[1:8]
+work, rows_n, index_file, spec, nprobe, rerank_n, flat, advise = sys.argv[1:9]
 rows_n, nprobe, rerank_n, flat = int(rows_n), int(nprobe), int(rerank_n), flat == "1"
 q = np.load(work + "/queries.npy")
 truth = np.load(work + "/truth.npz")["r"]
 fs = FaissSearcher.load(index_file, nprobe, None if spec == "-" else spec)
 rows = Int8Rows(np.memmap(work + "/rows.i8", np.uint8, "r", shape=(rows_n, 2052)), 2048)
+if advise == "1":  # as the index's search reads them (ScatteredRows)
+    rows = for_scattered_reads(rows)
 lat, got = [], []
 for i in range(len(q)):  # one query at a time, as a user's search
     t = time.perf_counter()
@@ -249,17 +251,30 @@ lat = np.array(lat[10:]) * 1000  # the first queries fault the file in
 print(json.dumps({"p50_ms": round(float(np.median(lat)), 2),
                   "p99_ms": round(float(np.quantile(lat, 0.99)), 2),
                   "recall_at_10": round(recall, 4),
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
                   **{k: int(v.split()[0]) // 1024 for k, v in
                      (line.split(":", 1) for line in open("/proc/self/status"))
-                     if k in ("RssAnon", "RssFile")}}))
+                     if k in ("VmHWM", "RssAnon", "RssFile")}}))
 """
 
 
-def search(work: Path, rows: int, info: dict, rerank_n: int, flat: bool) -> dict:
+def drop_page_cache() -> None:
+    """Empty the kernel's page cache (root only), so that a search starts cold: its rows
+    come from the disk, as after a reboot."""
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("1\n")
+    except OSError as e:
+        raise SystemExit(f"--cold: cannot drop the page cache ({e}); run as root") from None
+
+
+def search(work: Path, rows: int, info: dict, rerank_n: int, flat: bool,
+           advise: bool = True, cold: bool = False) -> dict:  # fmt: skip
+    if cold:
+        drop_page_cache()
     out = subprocess.run(
         [sys.executable, "-c", SEARCH, str(work), str(rows), str(work / info["file"]),
-         info["spec"] or "-", str(info["nprobe"]), str(rerank_n), "1" if flat else "0"],
+         info["spec"] or "-", str(info["nprobe"]), str(rerank_n), "1" if flat else "0",
+         "1" if advise else "0"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -272,6 +287,10 @@ def main() -> None:
     ap.add_argument("--spec", help="a FAISS index-factory string instead of choose_spec's")
     ap.add_argument("--rerank", type=int, nargs="+", default=[100, 250, 1000])
     ap.add_argument("--nprobe", type=int, nargs="+", default=[64, 128, 256])
+    ap.add_argument("--cold", action="store_true",
+                    help="empty the page cache before each search process (root)")  # fmt: skip
+    ap.add_argument("--no-advise", action="store_true",
+                    help="re-rank through the plain mapping (readahead), to compare")  # fmt: skip
     ap.add_argument("--compare-flat", action="store_true", help="also in-RAM IVF-Flat")
     ap.add_argument("--build-only", action="store_true", help="stop once the index is built")
     ap.add_argument("--search-only", action="store_true", help="time a built index only")
@@ -289,9 +308,11 @@ def main() -> None:
     results = json.loads(out_json.read_text()) if out_json.is_file() else {}
     if "nprobe 64, rerank 250" in results.get("ivfpq", {}):  # one spec's sweep, before --spec
         results["ivfpq"] = {
-            results["index"]["spec"]: {
+            f"{results['index']['spec']} | shared page cache, readahead re-ranking": {
                 "index": results.pop("index"),
                 "sweep": results["ivfpq"],
+                "page_cache": "as the previous runs left it",
+                "rows_mapping": "plain (kernel readahead)",
                 "disk_bytes": results.pop("disk_bytes", None),
                 "cpu_note": results.pop("cpu_note", ""),
                 "command": results.pop("command", ""),
@@ -324,11 +345,22 @@ def main() -> None:
     sweep = {}
     for npr in args.nprobe:
         for rr in args.rerank:
-            r = search(work, args.rows, dict(info, nprobe=npr), rr, False)
+            r = search(work, args.rows, dict(info, nprobe=npr), rr, False,
+                       not args.no_advise, args.cold)  # fmt: skip
             sweep[f"nprobe {npr}, rerank {rr}"] = r
             print(npr, rr, r, flush=True)
-    results.setdefault("ivfpq", {})[spec] = {
+    mode = (f"{'cold' if args.cold else 'shared'} page cache, "
+            f"{'readahead' if args.no_advise else 'prefetched'} re-ranking")  # fmt: skip
+    key = f"{spec} | {mode}"
+    sweep = {**results.get("ivfpq", {}).get(key, {}).get("sweep", {}), **sweep}  # runs add up
+    results.setdefault("ivfpq", {})[key] = {
         "index": info,
+        "page_cache": "emptied before each search process"
+        if args.cold
+        else "as the previous runs left it (the rows file does not fit beside the rest)",
+        "rows_mapping": "plain (kernel readahead)"
+        if args.no_advise
+        else "vsekit.index.rows.ScatteredRows (MADV_RANDOM, MADV_WILLNEED on the candidates)",
         "sweep": sweep,
         "disk_bytes": info["rows_file_bytes"] + info["index_bytes"],
         "cpu_note": os.environ.get("BENCH_NOTE", ""),
@@ -338,7 +370,7 @@ def main() -> None:
         results["ivf_flat"] = {**flat, "search": search(work, args.rows, flat, 0, True)}
         print("flat", results["ivf_flat"], flush=True)
     record(out_json, results)
-    print(json.dumps(results["ivfpq"][spec], indent=1))
+    print(json.dumps(results["ivfpq"][key], indent=1))
 
 
 if __name__ == "__main__":

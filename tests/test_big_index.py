@@ -57,6 +57,26 @@ def test_int8_rows_round_trip_against_float32():
     np.testing.assert_array_equal(np.asarray(rows), y)
 
 
+@pytest.mark.parametrize("storage", ["f32", "int8"])
+def test_scattered_reads_give_the_rows_the_plain_mapping_gives(tmp_path, storage):
+    """Re-ranking's reader (MADV_RANDOM, MADV_WILLNEED on the rows asked for) against the
+    ordinary memory map of the same file: rows by array, by int and by slice."""
+    from vsekit.index.rows import ScatteredRows, for_scattered_reads, open_rows, row_file
+
+    x = unit(np.random.default_rng(3).normal(size=(500, DIM)))
+    rf = row_file(tmp_path / "rows", DIM, storage)
+    rf.append(x)
+    rf.sync()
+    plain = open_rows(tmp_path / "rows", 500, DIM, storage)
+    fast = for_scattered_reads(plain)
+    assert isinstance(fast, ScatteredRows) and fast.shape == plain.shape
+    idx = np.array([499, 0, 17, 17, 250])
+    np.testing.assert_array_equal(fast[idx], np.asarray(plain[idx], np.float32))
+    np.testing.assert_array_equal(fast[7], np.asarray(plain[7], np.float32))
+    np.testing.assert_array_equal(fast[10:20], np.asarray(plain[10:20], np.float32))
+    assert for_scattered_reads(x) is x  # not a file: as it is
+
+
 def test_the_budget_chooses_the_structure():
     assert choose_spec(100_000, 2048, 4 << 30)[0] is None  # 0.8 GB of rows: IVF-Flat
     spec, nprobe = choose_spec(10_000_000, 2048, 4 << 30)

@@ -153,3 +153,24 @@ def test_int8_image_graph_against_the_fp32_reference(tmp_path, flickr8k_root_mod
     assert not (out / "image.int8.onnx").exists() and (out / "image.onnx").is_file()
     with pytest.raises(vsekit.ModelError, match="no int8 image graph"):
         vsekit.load_model(out, backend="onnx", precision="int8")
+
+
+def test_a_gpu_asked_for_is_used_or_refused(monkeypatch):
+    """``VSEKIT_ONNX_DEVICE`` (set in ``--gpus-per-worker`` replicas): CUDA's provider
+    first where ONNX Runtime has it; otherwise an error naming the package, never the
+    CPU in its place."""
+    import onnxruntime as ort
+
+    from vsekit.runtime.onnx_model import providers
+
+    monkeypatch.delenv("VSEKIT_ONNX_DEVICE", raising=False)
+    assert providers() == ["CPUExecutionProvider"]
+    monkeypatch.setenv("VSEKIT_ONNX_DEVICE", "tpu")
+    with pytest.raises(RuntimeError, match="'cpu' or 'cuda'"):
+        providers()
+    monkeypatch.setenv("VSEKIT_ONNX_DEVICE", "cuda")
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        assert providers()[0] == "CUDAExecutionProvider"
+    else:
+        with pytest.raises(RuntimeError, match="onnxruntime-gpu"):
+            providers()

@@ -20,7 +20,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def local_cluster():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # one GPU declared, none there: the GPU replicas' refusals are tested on this CPU
+    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
@@ -133,7 +134,10 @@ def test_cli_ray_flags(local_cluster, setup, tmp_path, capsys):
     idx = str(tmp_path / "idx")
     run = ["index", str(photos), "--model", str(bundle), "--index", idx, "--quiet"]
     assert main([*run, "--workers", "2"]) == 2
-    assert "--workers and --cpus-per-worker go with --ray" in capsys.readouterr().err
+    assert (
+        "--workers, --cpus-per-worker and --gpus-per-worker go with --ray"
+        in capsys.readouterr().err
+    )
     assert main([*run, "--ray", "auto", "--workers", "2", "--batch-size", "8"]) == 0
     assert "30 added" in capsys.readouterr().out
 
@@ -185,3 +189,34 @@ def test_a_worker_with_another_model_refuses_in_one_line(local_cluster, setup, t
     with pytest.raises(RuntimeError, match="the Ray job failed: .*install the same vsekit"):
         coll.update(photos, model.encode_image, 8, progress=False, batches=wrong)
     assert len(coll) == 0
+
+
+def test_gpu_replicas_refuse_where_there_is_no_gpu(local_cluster, setup, tmp_path, capsys):
+    """``--gpus-per-worker``: each replica is scheduled on a GPU share (the cluster
+    declares one) and runs its model there, or refuses in one line; never a quiet CPU run,
+    and nothing is committed. (No GPU here: the runs themselves are not tested.)"""
+    from vsekit.cli import main
+    from vsekit.index.ray_index import ray_batches
+    from vsekit.lab.features import create_backbone
+    from vsekit.lab.features.extract import extract_to_store
+    from vsekit.lab.features.ray_extract import ray_blocks
+
+    bundle, photos, model, info = setup
+    gpu = ray_batches(bundle, info["dim"], model.decode_size, True, 8, workers=1,
+                      gpus_per_worker=1)  # fmt: skip
+    coll = Collection(tmp_path / "idx", info)
+    with pytest.raises(RuntimeError, match="the Ray job failed: .*no CUDA provider"):
+        coll.update(photos, model.encode_image, 8, progress=False, batches=gpu)
+    assert len(coll) == 0
+
+    from tests.test_features import make_items
+
+    items = make_items(tmp_path / "img", 4, 2)
+    blocks = ray_blocks(create_backbone("efficientnet-lite0"), workers=1, gpus_per_worker=1)
+    with pytest.raises(RuntimeError, match="the Ray job failed: .*PyTorch sees none"):
+        extract_to_store(items, tmp_path / "store", create_backbone("efficientnet-lite0"),
+                         crops=1, batch_size=2, progress=False, blocks=blocks)  # fmt: skip
+
+    run = ["index", str(photos), "--model", str(bundle), "--index", str(tmp_path / "i2")]
+    assert main([*run, "--gpus-per-worker", "1"]) == 2
+    assert "go with --ray" in capsys.readouterr().err

@@ -10,7 +10,14 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from vsekit.cli._base import DEFAULT_INDEX, command, load_model, positive_int, set_threads
+from vsekit.cli._base import (
+    DEFAULT_INDEX,
+    command,
+    load_model,
+    positive_float,
+    positive_int,
+    set_threads,
+)
 
 #: skipped files listed by name before the rest are summarised (``--verbose``: all)
 SHOWN = 5
@@ -89,6 +96,13 @@ def _add_index(sub: argparse._SubParsersAction) -> None:
         default=1,
         help="with --ray: CPUs (and model threads) each replica takes",
     )
+    p.add_argument(
+        "--gpus-per-worker",
+        type=positive_float,
+        default=0,
+        help="with --ray: the share of a GPU each replica takes (e.g. 1 or 0.5); replicas "
+        "then run on ONNX Runtime's CUDA provider (onnxruntime-gpu on every worker)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument(
         "--no-caption-pool",
@@ -159,9 +173,9 @@ def _index(args: argparse.Namespace) -> int:
         batches = ray_batches(name, int(info["dim"]), model.decode_size,
                               info.get("similarity", "cosine") == "cosine", args.batch_size,
                               args.ray or None, args.workers, args.cpus_per_worker,
-                              info["fingerprint"])  # fmt: skip
-    elif args.workers or args.cpus_per_worker != 1:
-        raise ValueError("--workers and --cpus-per-worker go with --ray")
+                              info["fingerprint"], args.gpus_per_worker)  # fmt: skip
+    elif args.workers or args.cpus_per_worker != 1 or args.gpus_per_worker:
+        raise ValueError("--workers, --cpus-per-worker and --gpus-per-worker go with --ray")
 
     def fill(coll: Collection):
         t1 = time.perf_counter()

@@ -12,7 +12,8 @@ Two kinds, chosen by :func:`choose_spec` from the collection's size and a RAM bu
   re-ranking making up their coarser scores. Only the codes and ids live in RAM (about
   ``m + 8`` bytes a row); the scores are approximate, so the search asks for
   ``rerank`` candidates and re-scores them with the full rows read from the memory-mapped
-  file on disk (:func:`vsekit.index.search.rerank`). This is how clip-retrieval's
+  file on disk (:func:`vsekit.index.search.rerank`; the reads of one query's candidates
+  are issued together, :class:`vsekit.index.rows.ScatteredRows`). This is how clip-retrieval's
   autofaiss sizes an index under ``--max-ram`` (Johnson et al., Billion-scale
   similarity search with GPUs, 2017; Ge et al., Optimized Product Quantization, 2013).
 
@@ -29,7 +30,7 @@ import numpy as np
 
 FAISS_MIN_ROWS = 100_000  # "auto" switches to FAISS from this many live rows
 DEFAULT_MAX_RAM = 4 << 30  # the ANN's budget when none is given (--max-ram)
-RERANK = 250  # IVF-PQ candidates re-scored with the full rows, at least
+RERANK = 200  # IVF-PQ candidates re-scored with the full rows, at least (big_index.py)
 EF_PER_PROBE = 2  # an HNSW coarse quantizer explores this many nodes per list it returns
 TRAIN_CAP = 262_144  # IVF-PQ training rows at most: 2 GiB of float32 at 2,048 dims
 STALE_GROWTH = 2.0  # retrain once the live rows are this many times the trained ones

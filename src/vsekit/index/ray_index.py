@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import re
 from collections.abc import Iterator
 
 import numpy as np
@@ -33,9 +34,15 @@ class Embedder:
     UTF-8 arrive intact)."""
 
     def __init__(self, model: str, reduce_to: int | None, unit_rows: bool, dim: int,
-                 threads: int | None = None, fingerprint: str | None = None) -> None:  # fmt: skip
+                 threads: int | None = None, fingerprint: str | None = None,
+                 device: str = "cpu") -> None:  # fmt: skip
         if threads:
             os.environ["VSEKIT_THREADS"] = str(threads)
+        if device == "cuda":  # ONNX Runtime's CUDA provider, or a refusal: never the CPU
+            from vsekit.runtime.onnx_model import providers
+
+            os.environ["VSEKIT_ONNX_DEVICE"] = "cuda"
+            providers()  # refused here, before any block, not at the first batch
         from vsekit.runtime.loading import load_model
 
         self.model = load_model(model)
@@ -80,10 +87,13 @@ def actor_pool_map(
     workers: int | None,
     cpus_per_worker: int,
     ordered: bool = False,
+    gpus_per_worker: float = 0,
 ) -> Iterator:
     """Ray Data over ``rows``: ``workers`` actors of class ``worker`` (constructed with
-    ``kwargs``; default: the cluster's CPUs over ``cpus_per_worker``), each with
-    ``cpus_per_worker`` CPUs, map blocks of ``batch_size`` rows; each block's result is
+    ``kwargs``; default: the cluster's CPUs over ``cpus_per_worker``, or its GPUs over
+    ``gpus_per_worker`` when that is set), each with ``cpus_per_worker`` CPUs and
+    ``gpus_per_worker`` GPUs (Ray sets each actor's ``CUDA_VISIBLE_DEVICES``), map blocks
+    of ``batch_size`` rows; each block's result is
     one pickled object in column ``out``, unpickled here as it arrives (in row order
     when ``ordered``). Ray Data restarts a killed actor and runs its block again."""
     import ray
@@ -91,15 +101,29 @@ def actor_pool_map(
     cluster(address)
     try:
         yield from _pool_map(ray, rows, worker, kwargs, batch_size, workers, cpus_per_worker,
-                             ordered)  # fmt: skip
+                             ordered, gpus_per_worker)  # fmt: skip
     except ray.exceptions.RayError as e:  # a worker's failure, in one line
-        last = [x for x in str(e).splitlines() if x.strip()][-1:] or [type(e).__name__]
-        raise RuntimeError(f"the Ray job failed: {last[0].strip()}") from e
+        raise RuntimeError(f"the Ray job failed: {root_cause(e)}") from e
 
 
-def _pool_map(ray, rows, worker, kwargs, batch_size, workers, cpus_per_worker, ordered):
+def root_cause(e: BaseException) -> str:
+    """The first ``SomeError: message`` line of a Ray error's text that is not Ray's own
+    (the worker's exception, under Ray's wrapping and retry advice), else its last line."""
+    lines = [x.strip() for x in str(e).splitlines() if x.strip()]
+    ours = [x for x in lines if _EXC.match(x) and not x.startswith("ray.")]
+    return (ours[:1] or lines[-1:] or [type(e).__name__])[0]
+
+
+_EXC = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception): ")
+
+
+def _pool_map(ray, rows, worker, kwargs, batch_size, workers, cpus_per_worker, ordered, gpus):
     ray.data.DataContext.get_current().execution_options.preserve_order = ordered
-    n = workers or max(1, int(ray.cluster_resources().get("CPU", 1)) // cpus_per_worker)
+    have = ray.cluster_resources()
+    if gpus and not have.get("GPU"):
+        raise RuntimeError("--gpus-per-worker: the Ray cluster has no GPUs")
+    per = (have.get("GPU", 0) / gpus) if gpus else (have.get("CPU", 1) / cpus_per_worker)
+    n = workers or max(1, int(per))
     ds = ray.data.from_items(rows, override_num_blocks=max(1, -(-len(rows) // batch_size)))
     out = ds.map_batches(
         worker,
@@ -108,6 +132,7 @@ def _pool_map(ray, rows, worker, kwargs, batch_size, workers, cpus_per_worker, o
         batch_format="numpy",
         compute=ray.data.ActorPoolStrategy(size=n),
         num_cpus=cpus_per_worker,
+        **({"num_gpus": gpus} if gpus else {}),
     )
     for block in out.iter_batches(batch_size=None, batch_format="numpy"):
         for blob in block["out"]:
@@ -124,19 +149,24 @@ def ray_batches(
     workers: int | None = None,
     cpus_per_worker: int = 1,
     fingerprint: str | None = None,
+    gpus_per_worker: float = 0,
 ) -> BatchSource:
     """A :data:`~vsekit.index.update.BatchSource` embedding on Ray: ``workers`` actors
     (default: the cluster's CPUs over ``cpus_per_worker``), each with
     ``cpus_per_worker`` CPUs and as many model threads, ``batch_size`` files a block.
-    ``fingerprint``: the index's model; a worker whose model differs refuses to start."""
+    ``gpus_per_worker``: each actor also holds that share of a GPU and runs the image
+    graph on ONNX Runtime's CUDA provider (``onnxruntime-gpu``); a worker without one
+    refuses to start. ``fingerprint``: the index's model; a worker whose model differs
+    refuses to start."""
 
     def source(todo: list) -> Iterator[Batch]:
         if not todo:
             return
         rows = [{"path": os.fsencode(p), "size": s, "mtime": m} for p, s, m in todo]
         kwargs = {"model": model, "reduce_to": reduce_to, "unit_rows": unit_rows, "dim": dim,
-                  "threads": cpus_per_worker, "fingerprint": fingerprint}  # fmt: skip
+                  "threads": cpus_per_worker, "fingerprint": fingerprint,
+                  "device": "cuda" if gpus_per_worker else "cpu"}  # fmt: skip
         yield from actor_pool_map(rows, Embedder, kwargs, batch_size, address, workers,
-                                  cpus_per_worker)  # fmt: skip
+                                  cpus_per_worker, gpus_per_worker=gpus_per_worker)  # fmt: skip
 
     return source

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vsekit.index.rows import emb_path, open_rows
+from vsekit.index.rows import emb_path, for_scattered_reads, open_rows
 from vsekit.topk import dot_scores
 
 
@@ -70,6 +70,12 @@ class Snapshot:
     def live_bits(self) -> np.ndarray:
         """``live`` packed one bit a row (little-endian), for FAISS's bitmap selector."""
         return np.packbits(self.live, bitorder="little")
+
+    @functools.cached_property
+    def scattered(self):
+        """The rows again, for reading a few hundred scattered ones at a time (re-ranking
+        approximate candidates): :class:`~vsekit.index.rows.ScatteredRows`."""
+        return for_scattered_reads(self.emb)
 
     @property
     def n_live(self) -> int:

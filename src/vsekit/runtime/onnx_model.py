@@ -52,6 +52,27 @@ from vsekit.text.vocab import Vocabulary
 TEXT_THREADS = 1
 
 
+def providers() -> list[str]:
+    """ONNX Runtime's execution providers: the CPU's, or with ``VSEKIT_ONNX_DEVICE=cuda``
+    (``vse index --ray --gpus-per-worker``'s replicas) CUDA's first, where ONNX Runtime
+    places each node it can, the rest staying on the CPU. Asking for CUDA where this
+    ONNX Runtime has no CUDA provider (``pip install onnxruntime-gpu``) is an error, not
+    a quiet run on the CPU."""
+    import onnxruntime as ort
+
+    device = os.environ.get("VSEKIT_ONNX_DEVICE", "cpu")
+    if device == "cpu":
+        return ["CPUExecutionProvider"]
+    if device != "cuda":
+        raise RuntimeError(f"VSEKIT_ONNX_DEVICE: 'cpu' or 'cuda', not {device!r}")
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        raise RuntimeError(
+            "a GPU was asked for, but this ONNX Runtime has no CUDA provider "
+            f"(it has {', '.join(ort.get_available_providers())}): pip install onnxruntime-gpu"
+        )
+    return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+
+
 def _session(path: Path, threads: int | None):
     import onnxruntime as ort
 
@@ -60,7 +81,7 @@ def _session(path: Path, threads: int | None):
     threads = threads or (TEXT_THREADS if path.name == "text.onnx" else None)
     if threads:
         opts.intra_op_num_threads = threads
-    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(str(path), opts, providers=providers())
 
 
 class OnnxModel(BaseModel):

@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from vsekit.cli._base import FORMAT_HELP, command, positive_int
+from vsekit.cli._base import FORMAT_HELP, command, positive_float, positive_int
 
 
 @command
@@ -47,6 +47,9 @@ def _add_features(sub: argparse._SubParsersAction) -> None:
     )
     ex.add_argument("--cpus-per-worker", type=positive_int, default=1,
                     help="with --ray: CPUs (and torch threads) each replica takes")  # fmt: skip
+    ex.add_argument("--gpus-per-worker", type=positive_float, default=0,
+                    help="with --ray: the share of a GPU each replica takes; the backbone "
+                    "then runs on CUDA")  # fmt: skip
     ex.add_argument("--no-rmac", action="store_true", help="skip R-MAC descriptors")
     ex.add_argument(
         "--threads", type=positive_int, help="CPU threads for the model (default: all cores)"
@@ -155,9 +158,10 @@ def _features_extract(args: argparse.Namespace) -> int:
     if args.ray is not None:
         from vsekit.lab.features.ray_extract import ray_blocks
 
-        blocks = ray_blocks(model, args.ray or None, args.workers, args.cpus_per_worker)
-    elif args.cpus_per_worker != 1:
-        raise ValueError("--cpus-per-worker goes with --ray")
+        blocks = ray_blocks(model, args.ray or None, args.workers, args.cpus_per_worker,
+                            args.gpus_per_worker)  # fmt: skip
+    elif args.cpus_per_worker != 1 or args.gpus_per_worker:
+        raise ValueError("--cpus-per-worker and --gpus-per-worker go with --ray")
     store = extract_to_store(
         items,
         args.out,

@@ -28,14 +28,21 @@ class FeatureWorker:
     ``([(index, error)], pooled, rmac)``."""
 
     def __init__(self, backbone: str, weights: str, sha256: str | None, crops: int, size: int,
-                 sampling: Sampling | None, with_rmac: bool, threads: int) -> None:  # fmt: skip
+                 sampling: Sampling | None, with_rmac: bool, threads: int,
+                 device: str = "cpu") -> None:  # fmt: skip
         import torch
 
         from vsekit.lab.features import create_backbone
         from vsekit.lab.features.extract import prepare_model
 
+        if device == "cuda" and not torch.cuda.is_available():  # never a quiet CPU run
+            raise RuntimeError(
+                "a GPU was asked for, but this worker's PyTorch sees none "
+                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')!r}, "
+                f"torch {torch.__version__})"
+            )
         torch.set_num_threads(threads)
-        self.model = prepare_model(create_backbone(backbone, weights, sha256), "cpu")
+        self.model = prepare_model(create_backbone(backbone, weights, sha256), device)
         self.crops, self.size, self.with_rmac, self.sampling = crops, size, with_rmac, sampling
 
     def __call__(self, block: dict) -> dict:
@@ -46,11 +53,16 @@ class FeatureWorker:
 
 
 def ray_blocks(
-    backbone, address: str | None = None, workers: int | None = None, cpus_per_worker: int = 1
+    backbone,
+    address: str | None = None,
+    workers: int | None = None,
+    cpus_per_worker: int = 1,
+    gpus_per_worker: float = 0,
 ) -> BlockSource:
     """A :data:`~vsekit.lab.features.extract.BlockSource` computing on Ray with
     ``workers`` replicas of ``backbone`` (its name and weights file travel, not the
-    module), each with ``cpus_per_worker`` CPUs and as many torch threads."""
+    module), each with ``cpus_per_worker`` CPUs and as many torch threads, and with
+    ``gpus_per_worker`` of a GPU, on CUDA, when that is set."""
 
     def source(items, start, crops, size, sampling, with_rmac, batch_size):
         if start >= len(items):
@@ -60,8 +72,9 @@ def ray_blocks(
         kwargs = {"backbone": backbone.name, "weights": backbone.weights_source,
                   "sha256": backbone.weights_sha256, "crops": crops, "size": size,
                   "with_rmac": with_rmac, "threads": cpus_per_worker,
-                  "sampling": sampling}  # fmt: skip
+                  "sampling": sampling, "device": "cuda" if gpus_per_worker else "cpu"}  # fmt: skip
         yield from actor_pool_map(rows, FeatureWorker, kwargs, batch_size, address, workers,
-                                  cpus_per_worker, ordered=True)  # fmt: skip
+                                  cpus_per_worker, ordered=True,
+                                  gpus_per_worker=gpus_per_worker)  # fmt: skip
 
     return source

@@ -365,6 +365,10 @@ def main() -> None:
         "disk_bytes": info["rows_file_bytes"] + info["index_bytes"],
         "cpu_note": os.environ.get("BENCH_NOTE", ""),
         "command": "python benchmarks/big_index.py " + " ".join(sys.argv[1:]),
+        "commands": [
+            *results.get("ivfpq", {}).get(key, {}).get("commands", []),
+            "python benchmarks/big_index.py " + " ".join(sys.argv[1:]),
+        ],  # fmt: skip
     }
     if args.compare_flat:
         results["ivf_flat"] = {**flat, "search": search(work, args.rows, flat, 0, True)}

@@ -173,6 +173,26 @@ def test_an_int8_index_searches_like_a_float32_one(tmp_path):
         assert [h.id for h in a][:3] == [h.id for h in b][:3]
 
 
+def test_a_snapshot_reads_its_rows_after_a_compaction_removed_their_file(tmp_path):
+    """Re-ranking's reader is made at a snapshot's first approximate search, by the
+    file's name: once a compaction has removed that file, the snapshot's own mapping
+    (which keeps the removed file readable) serves instead."""
+    photos = tmp_path / "p"
+    _photos(photos, 60)
+    coll = Collection(tmp_path / "i8", info("int8"))
+    coll.update(photos, PixelEmbedder(), progress=False)
+    snap = coll.snapshot
+    want = np.asarray(snap.emb[np.arange(5)])
+    for i in range(40):
+        (photos / f"{i}.png").unlink()
+    coll.update(photos, PixelEmbedder(), progress=False)
+    with coll.store.writer() as w:
+        assert coll.store.compact(w, min_garbage=1)
+    assert not (tmp_path / "i8" / "emb-0.i8").exists()
+    assert snap.scattered is snap.emb
+    np.testing.assert_array_equal(snap.scattered[np.arange(5)], want)
+
+
 def test_a_damaged_int8_index_is_named_and_repaired(tmp_path):
     photos = tmp_path / "p"
     _photos(photos, 20)

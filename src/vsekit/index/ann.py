@@ -144,7 +144,7 @@ class FaissSearcher:
     def _set_nprobe(self, nprobe: int) -> None:
         """Visit ``nprobe`` lists. An HNSW coarse quantizer searches with ``efSearch``
         (FAISS's default 16) whatever ``nprobe`` asks for, so it returned far fewer of the
-        ``nprobe`` nearest lists than asked (at 10M rows, 72% of the 128 nearest):
+        ``nprobe`` nearest lists than asked (at 10M rows recall stalled below 0.88):
         it gets ``EF_PER_PROBE * nprobe``."""
         import faiss
 

@@ -38,6 +38,7 @@ class Embedder:
                  device: str = "cpu") -> None:  # fmt: skip
         if threads:
             os.environ["VSEKIT_THREADS"] = str(threads)
+        os.environ.pop("VSEKIT_ONNX_DEVICE", None)
         if device == "cuda":  # ONNX Runtime's CUDA provider, or a refusal: never the CPU
             from vsekit.runtime.onnx_model import providers
 

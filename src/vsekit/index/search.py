@@ -92,7 +92,8 @@ def search_snapshot(
             else:  # re-score candidates with the full rows (and the bias)
                 n_cand = max(4 * k_rows + 100, searcher.rerank if searcher.approximate else 0)
                 _, cand = searcher.search(q, min(n_cand, n_live), sel, bits)
-                rows = snap.scattered if searcher.approximate else snap.emb
+                cand = np.where(live[cand.clip(0, len(live) - 1)], cand, -1)  # the selector's
+                rows = snap.scattered if searcher.approximate else snap.emb  # word, checked
                 s, r = rerank(rows, q, cand, bias, k_rows)
             if sel is not None and ((r >= 0).sum(1) < min(k_rows, n_live)).any():
                 # an inverted file visits only some lists: a narrow filter can leave

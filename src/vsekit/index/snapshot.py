@@ -74,8 +74,13 @@ class Snapshot:
     @functools.cached_property
     def scattered(self):
         """The rows again, for reading a few hundred scattered ones at a time (re-ranking
-        approximate candidates): :class:`~vsekit.index.rows.ScatteredRows`."""
-        return for_scattered_reads(self.emb)
+        approximate candidates): :class:`~vsekit.index.rows.ScatteredRows`; made at the
+        first such search, by the file's name, so when a compaction or rebuild has removed
+        that file since this snapshot was read, the snapshot's own mapping instead."""
+        try:
+            return for_scattered_reads(self.emb)
+        except OSError:
+            return self.emb
 
     @property
     def n_live(self) -> int:

@@ -81,7 +81,16 @@ def _session(path: Path, threads: int | None):
     threads = threads or (TEXT_THREADS if path.name == "text.onnx" else None)
     if threads:
         opts.intra_op_num_threads = threads
-    return ort.InferenceSession(str(path), opts, providers=providers())
+    chosen = providers()
+    sess = ort.InferenceSession(str(path), opts, providers=chosen)
+    if chosen[0] != "CPUExecutionProvider":  # ONNX Runtime falls back to the CPU quietly
+        if chosen[0] not in sess.get_providers():
+            raise RuntimeError(
+                f"{path.name}: a GPU was asked for, but ONNX Runtime could not start its "
+                "CUDA provider (no GPU visible, or CUDA/cuDNN libraries missing)"
+            )
+        sess.disable_fallback()
+    return sess
 
 
 class OnnxModel(BaseModel):

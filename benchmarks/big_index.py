@@ -306,18 +306,6 @@ def main() -> None:
     cal = gen.calibrate(real)
     out_json = HERE / f"big_index_{args.rows // 1_000_000}m.json"
     results = json.loads(out_json.read_text()) if out_json.is_file() else {}
-    if "nprobe 64, rerank 250" in results.get("ivfpq", {}):  # one spec's sweep, before --spec
-        results["ivfpq"] = {
-            f"{results['index']['spec']} | shared page cache, readahead re-ranking": {
-                "index": results.pop("index"),
-                "sweep": results["ivfpq"],
-                "page_cache": "as the previous runs left it",
-                "rows_mapping": "plain (kernel readahead)",
-                "disk_bytes": results.pop("disk_bytes", None),
-                "cpu_note": results.pop("cpu_note", ""),
-                "command": results.pop("command", ""),
-            }
-        }
     synth = gen.chunk(12345, len(real))
     plot = HERE / "big_index_calibration.png"
     results["calibration"] = {**cal, **plot_calibration(real, synth, plot)}

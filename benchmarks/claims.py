@@ -365,6 +365,12 @@ def superseded_note() -> list[str]:
     ]
 
 
+def row_cells(row: str, pick: tuple[float, float], done: dict[str, dict]) -> list[dict]:
+    """The recorded cells of ``row`` at its chosen recipe ``pick``, by seed."""
+    names = [Cell(row, *pick, s).name for s in MOE_SEEDS]
+    return [done[n] for n in names if n in done]
+
+
 def report(done: dict[str, dict]) -> str:
     lines = [
         "# The seeds' claims, re-tested",
@@ -391,7 +397,7 @@ def report(done: dict[str, dict]) -> str:
             have = sum(1 for lr, m in GRID if Cell(r, lr, m, 0).name in done)
             lines.append(f"| {r.upper()} | grid {have}/{len(GRID)} run | | | | | | {paper} |")
             continue
-        cells = [done[Cell(r, *pick, s).name] for s in MOE_SEEDS if Cell(r, *pick, s).name in done]
+        cells = row_cells(r, pick, done)
         rs = mean_std([c["dev"]["rsum"] for c in cells])
         r1 = mean_std([c["dev"]["i2t_r1"] for c in cells])
         t1 = mean_std([c["dev"]["t2i_r1"] for c in cells])
@@ -456,9 +462,7 @@ def table2_rows(done: dict[str, dict]) -> list[tuple[str, float, float | None, f
     out = []
     for r in rows():
         pick = chosen_recipe(r, done)
-        cells = [] if pick is None else [
-            done[Cell(r, *pick, s).name] for s in MOE_SEEDS if Cell(r, *pick, s).name in done
-        ]  # fmt: skip
+        cells = [] if pick is None else row_cells(r, pick, done)
         m, sd = mean_std([c["dev"]["rsum"] for c in cells]) if cells else (None, None)
         out.append((r, round(sum(PAPER[r]), 1), m, sd))
     return out

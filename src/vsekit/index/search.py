@@ -92,8 +92,9 @@ def search_snapshot(
             else:  # re-score candidates with the full rows (and the bias)
                 n_cand = max(4 * k_rows + 100, searcher.rerank if searcher.approximate else 0)
                 _, cand = searcher.search(q, min(n_cand, n_live), sel, bits)
-                cand = np.where(live[cand.clip(0, len(live) - 1)], cand, -1)  # the selector's
-                rows = snap.scattered if searcher.approximate else snap.emb  # word, checked
+                # only live (and allowed) rows, whatever the FAISS selector let through
+                cand = np.where(live[cand.clip(0, len(live) - 1)], cand, -1)
+                rows = snap.scattered if searcher.approximate else snap.emb
                 s, r = rerank(rows, q, cand, bias, k_rows)
             if sel is not None and ((r >= 0).sum(1) < min(k_rows, n_live)).any():
                 # an inverted file visits only some lists: a narrow filter can leave

@@ -1,0 +1,241 @@
+"""The claims beyond Table 2, as families of recorded cells (run and reported by
+``benchmarks/claims.py``).
+
+Each family trains ``vse train`` runs under one declared protocol, records each
+(variant, seed) as ``benchmarks/claims/<family>-<variant>-s<seed>.json``, and names the
+claims its cells test. Every run selects its epoch on the 500 train images carved off
+(``data.val_from_train``); dev chooses nothing and is scored once, at that epoch.
+
+- **tags** (the tag-ranking paper, 003): the bilinear ranker of
+  ``configs/flickr8k-tags.yaml`` (ResNet-50 pool5, GloVe 50-d, noun tags mined from the
+  captions, Adam 1e-4, batch 16, ``TAG_EPOCHS`` epochs). The three losses at alpha 0.75
+  (SJE with Delta(I), SJE with Delta(II), ListSJE K_top 5), and ListSJE at alpha 0, 0.25,
+  0.5 and 1. Metric: precision@1 and @5 of each dev image's own mined tags.
+- **w2vv** (Word2VisualVec, 004): the three sentence vectorisers (bag-of-words, letter
+  trigrams, mean GloVe for the paper's word2vec) into ResNet-50 pool5, and bag-of-words
+  into the FNE, all for ``W2VV_EPOCHS`` epochs (equal epochs; early stopping off).
+  Metric: dev rsum (the paper reports image-to-sentence R@k; i2t R@1 is recorded too).
+- **reg** (the caption-retrieval report's baseline, 002): ridge regression from a
+  caption's mean GloVe vector to pool5 (``configs/flickr8k-regression.yaml``, closed
+  form, so every seed gives the same model), scored with one query per caption and with
+  "baseline + weight" (each image's five captions averaged into one query, the report's
+  own setting). Metric: t2i R@1.
+
+The claims compare two series seed by seed with the declared test in ``claims.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+SEEDS = (0, 1, 2)
+TAG_EPOCHS = 10
+W2VV_EPOCHS = 8
+# the caption-length bins of the regression report's Figure 3 (tokens per caption)
+LENGTH_EDGES = [8, 10, 12, 14]
+
+TAG_LOSSES = {
+    "sje1": ["loss.name=sje", "loss.delta=I", "loss.k_top=null"],
+    "sje2": ["loss.name=sje", "loss.delta=II", "loss.k_top=null"],
+    "listsje": ["loss.name=listsje", "loss.k_top=5"],
+}
+TAG_ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)
+W2VV_RUNS = {  # variant -> config
+    "bow-pool5": "configs/flickr8k-w2vv-bow-pool5.yaml",
+    "trigram-pool5": "configs/flickr8k-w2vv-trigram-pool5.yaml",
+    "glove-pool5": "configs/flickr8k-w2vv-glove-pool5.yaml",
+    "bow-fne": "configs/flickr8k-w2vv-bow-fne.yaml",
+}
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run of a family: a config, its overrides, and a seed."""
+
+    family: str  # tags | w2vv | reg
+    variant: str
+    seed: int
+    config: str
+    sets: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return f"{self.family}-{self.variant}-s{self.seed}"
+
+    def overrides(self) -> list[str]:
+        return [*self.sets, "data.val_from_train=500", "train.threads=1",
+                f"train.seed={self.seed}"]  # fmt: skip
+
+
+def jobs() -> list[Job]:
+    """Every job of the families, cheapest first."""
+    out = [Job("reg", "ridge-glove", s, "configs/flickr8k-regression.yaml") for s in SEEDS]
+    for loss, sets in TAG_LOSSES.items():
+        alphas = TAG_ALPHAS if loss == "listsje" else (0.75,)
+        for a in alphas:
+            tag = (*sets, f"tags.relevance=alpha={a}", f"train.epochs={TAG_EPOCHS}")
+            out += [Job("tags", f"{loss}-a{a:g}", s, "configs/flickr8k-tags.yaml", tag)
+                    for s in SEEDS]  # fmt: skip
+    for variant, config in W2VV_RUNS.items():
+        sets = (f"train.epochs={W2VV_EPOCHS}", "train.patience=0", "train.max_minutes=null")
+        out += [Job("w2vv", variant, s, config, sets) for s in SEEDS]
+    return out
+
+
+# ------------------------------------------------------------------ scoring
+def main_metric(cell: dict) -> str:
+    """The metric a recorded cell is selected and summarised by."""
+    return {"tags": "p1", "reg": "t2i_r1"}.get(cell.get("family", ""), "rsum")
+
+
+def score(job: Job, run: Path) -> dict:
+    """``{"slice": {...}, "dev": {...}}``: the run's best checkpoint (chosen on the slice)
+    scored on the slice and on dev."""
+    import json
+
+    from vsekit.lab.data import Vocabulary
+    from vsekit.lab.train.config import apply_overrides, config_from_json
+    from vsekit.lab.train.trainer import load_run
+
+    model, meta = load_run(run)
+    cfg = config_from_json(json.dumps(meta["config"]))
+    vocab = Vocabulary.load(run / "vocab.json")
+    out = {}
+    for split, sets in (("slice", []), ("dev", ["data.val_from_train=0"])):
+        c = apply_overrides(cfg, sets)
+        out[split] = (
+            _score_tags(model, c)
+            if job.family == "tags"
+            else _score_retrieval(model, c, vocab, job.family == "reg", lengths=split == "dev")
+        )
+    return out
+
+
+def _score_tags(model, cfg) -> dict:
+    from vsekit.lab.train.tags import load_tag_data
+
+    m = load_tag_data(cfg, progress=False).evaluate(model)
+    return {k: round(float(v), 2) for k, v in m.items()}
+
+
+def _score_retrieval(model, cfg, vocab, weighted: bool, lengths: bool) -> dict:
+    import numpy as np
+
+    from vsekit.lab.eval import evaluate_model
+    from vsekit.lab.eval.model_eval import caption_ranks
+    from vsekit.lab.eval.text_retrieval import recall_by_length
+    from vsekit.lab.train.trainer import load_train_data
+    from vsekit.text.tokenizer import tokenize
+
+    data = load_train_data(cfg, vocab=vocab, progress=False)
+    m = evaluate_model(model, data.dev_feats, data.dev_texts, data.dev_c2i)
+    out = {k: round(float(v), 2) for k, v in m.items()}
+    if weighted:  # baseline + weight: each image's captions averaged into one query
+        w = evaluate_model(model, data.dev_feats, data.dev_texts, data.dev_c2i, queries="image")
+        out["weighted"] = {k: round(float(v), 2) for k, v in w.items()}
+    if lengths:
+        ranks = caption_ranks(model, data.dev_feats, data.dev_texts, data.dev_c2i)
+        n = np.array([len(tokenize(t)) for t in data.dev_texts])
+        out["by_length"] = recall_by_length(ranks, n, LENGTH_EDGES)
+    return out
+
+
+# ------------------------------------------------------------------ claims
+@dataclass
+class FamilyClaim:
+    """``better`` beats ``worse`` seed by seed; each is a function of a recorded cell."""
+
+    title: str
+    source: str
+    metric: str  # what is compared, for the table
+    better: Callable[[dict[str, dict], int], float | None]
+    worse: Callable[[dict[str, dict], int], float | None]
+    explain: str = ""  # what we think explains it, if it does not hold here
+
+
+def dev(family: str, variant: str, *path: str) -> Callable[[dict[str, dict], int], float | None]:
+    """The dev metric at ``path`` of the cell (family, variant, seed), or None."""
+
+    def get(done: dict[str, dict], seed: int) -> float | None:
+        c = done.get(Job(family, variant, seed, "").name)
+        if c is None:
+            return None
+        v = c["dev"]
+        for p in path:
+            v = v[p]
+        return float(v)
+
+    return get
+
+
+def best_of(*fs: Callable) -> Callable[[dict[str, dict], int], float | None]:
+    """The per-seed maximum of several series (None unless all are recorded)."""
+
+    def get(done: dict[str, dict], seed: int) -> float | None:
+        vals = [f(done, seed) for f in fs]
+        return None if any(v is None for v in vals) else max(vals)
+
+    return get
+
+
+def length_bin(cells_of: Callable[[dict[str, dict], int], dict | None], label: str, k: str):
+    """R@10 of one caption-length bin of a cell's dev ``by_length``."""
+
+    def get(done: dict[str, dict], seed: int) -> float | None:
+        c = cells_of(done, seed)
+        if c is None or "by_length" not in c["dev"]:
+            return None
+        hit = [b for b in c["dev"]["by_length"] if b["bin"] == label]
+        return None if not hit or hit[0][k] is None else float(hit[0][k])
+
+    return get
+
+
+def family_claims(table2_cell: Callable[[str, dict[str, dict], int], dict | None]) -> list:
+    """The families' claims; ``table2_cell(row, done, seed)`` finds a Table 2 (or
+    regression-report encoder) cell at its row's chosen recipe."""
+    short, long_ = f"<={LENGTH_EDGES[0]}", f">={LENGTH_EDGES[-1] + 1}"
+
+    def lengths(row: str, label: str):
+        return length_bin(lambda d, s: table2_cell(row, d, s), label, "r10")
+
+    p1 = {v: dev("tags", v, "p1") for v in ("sje1-a0.75", "sje2-a0.75", "listsje-a0.75")}
+    p5 = {v: dev("tags", v, "p5") for v in ("sje1-a0.75", "sje2-a0.75", "listsje-a0.75")}
+    mid = best_of(*(dev("tags", f"listsje-a{a:g}", "p1") for a in (0.5, 0.75)))
+    ends = best_of(*(dev("tags", f"listsje-a{a:g}", "p1") for a in (0.0, 0.25, 1.0)))
+    return [
+        FamilyClaim("SJE with Delta(II) beats Delta(I) at p@1", "003 Tables 2-4", "dev p@1",
+                    p1["sje2-a0.75"], p1["sje1-a0.75"]),
+        FamilyClaim("ListSJE beats SJE Delta(II) at p@5", "003 Tables 2-4", "dev p@5",
+                    p5["listsje-a0.75"], p5["sje2-a0.75"]),
+        FamilyClaim("ListSJE beats SJE Delta(I) at p@5", "003 Tables 2-4", "dev p@5",
+                    p5["listsje-a0.75"], p5["sje1-a0.75"]),
+        FamilyClaim("alpha in {0.5, 0.75} beats alpha in {0, 0.25, 1} at p@1 (ListSJE; best "
+                    "of each set)", "003 Tables 2-4", "dev p@1", mid, ends),
+        FamilyClaim("Bag-of-words input beats word2vec (mean GloVe) input", "004 Table 3",
+                    "dev rsum", dev("w2vv", "bow-pool5", "rsum"),
+                    dev("w2vv", "glove-pool5", "rsum")),
+        FamilyClaim("Letter-trigram input beats word2vec (mean GloVe) input", "004 Table 3",
+                    "dev rsum", dev("w2vv", "trigram-pool5", "rsum"),
+                    dev("w2vv", "glove-pool5", "rsum")),
+        FamilyClaim("FNE targets beat pool5 targets (bag-of-words input, equal epochs)",
+                    "000 + 004", "dev rsum", dev("w2vv", "bow-fne", "rsum"),
+                    dev("w2vv", "bow-pool5", "rsum")),
+        FamilyClaim("Baseline + weight beats the baseline", "002 Table 1", "dev t2i R@1",
+                    dev("reg", "ridge-glove", "weighted", "t2i_r1"),
+                    dev("reg", "ridge-glove", "t2i_r1")),
+        FamilyClaim(f"Long captions ({long_} words) retrieve better than short ({short}), "
+                    "GRU + GloVe", "002 Figure 3", "dev t2i R@10",
+                    lengths("fc7-soe", long_), lengths("fc7-soe", short)),
+        FamilyClaim(f"Long captions ({long_} words) retrieve better than short ({short}), "
+                    "LSTM + GloVe", "002 Figure 3", "dev t2i R@10",
+                    lengths("reg-lstm-glove", long_), lengths("reg-lstm-glove", short)),
+        FamilyClaim(f"Long captions ({long_} words) retrieve better than short ({short}), "
+                    "the regression baseline", "002 Figure 3", "dev t2i R@10",
+                    length_bin(lambda d, s: d.get(Job("reg", "ridge-glove", s, "").name),
+                               long_, "r10"),
+                    length_bin(lambda d, s: d.get(Job("reg", "ridge-glove", s, "").name),
+                               short, "r10")),
+    ]  # fmt: skip

@@ -1,0 +1,83 @@
+"""benchmarks/claims.py: the declared verdict test, the run order, and that the report's
+claims follow from the recorded cells (synthetic cells here; nothing is trained)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import claim_families as families  # noqa: E402
+import claims  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    "diffs, want",
+    [
+        ([3.0, 4.0, 5.0], "confirmed"),
+        ([-3.0, -4.0, -5.0], "refuted"),
+        ([3.0, -2.0, 0.5], "inconclusive"),
+        ([3.0, 4.0], "not yet run"),  # no verdict below 3 seeds
+        ([1.0, 1.0, 1.0], "confirmed"),  # a deterministic model: se 0
+    ],
+)
+def test_verdict_is_the_declared_paired_test(diffs, want):
+    assert claims.verdict(diffs)[0] == want
+
+
+def test_verdict_boundary_is_two_standard_errors():
+    # mean 1, sample std 1, n 3: se = 1/sqrt(3) = 0.577; 2 se = 1.155 > 1
+    assert claims.verdict([0.0, 1.0, 2.0])[0] == "inconclusive"
+    assert claims.verdict([1.0, 2.0, 3.0])[0] == "confirmed"  # mean 2 > 1.155
+
+
+def test_run_order_cheap_families_then_table2_then_fne_targets():
+    order = [c.name for c in claims.pending({})]
+    first_t2 = next(i for i, n in enumerate(order) if n.startswith("t2-"))
+    assert all(not n.startswith("t2-") for n in order[:first_t2])
+    assert order[0].startswith("reg-") and order[-1].startswith("w2vv-bow-fne")
+    assert len(order) == len(set(order))
+    # a recorded cell is never scheduled again
+    done = {order[0]: {}}
+    assert order[0] not in [c.name for c in claims.pending(done)]
+
+
+def _tag_cell(variant: str, seed: int, p1: float, p5: float) -> tuple[str, dict]:
+    name = families.Job("tags", variant, seed, "").name
+    m = {"p1": p1, "p5": p5}
+    return name, {"cell": name, "family": "tags", "slice": m, "dev": m, "best_epoch": 3,
+                  "train_seconds": 40.0, "git_commit": "0" * 40}  # fmt: skip
+
+
+def test_family_claims_follow_from_the_cells():
+    done = dict(
+        [_tag_cell("sje2-a0.75", s, 70.0 + s, 72.0) for s in families.SEEDS]
+        + [_tag_cell("sje1-a0.75", s, 66.0, 71.0 + s) for s in families.SEEDS]
+    )
+    rows = {t: d for t, _, _, d, _ in claims.claim_diffs(done)}
+    assert rows["SJE with Delta(II) beats Delta(I) at p@1"] == [4.0, 5.0, 6.0]
+    assert claims.verdict(rows["SJE with Delta(II) beats Delta(I) at p@1"])[0] == "confirmed"
+    # ListSJE has no cells: no pairs, no verdict
+    assert rows["ListSJE beats SJE Delta(I) at p@5"] == []
+    # the alpha claim needs every alpha of a seed; one missing alpha drops that seed
+    for a in (0.0, 0.25, 0.5, 0.75, 1.0):
+        for s in families.SEEDS:
+            n, c = _tag_cell(f"listsje-a{a:g}", s, 60.0 + (5 if a in (0.5, 0.75) else 0), 70.0)
+            done[n] = c
+    del done[families.Job("tags", "listsje-a1", 2, "").name]
+    rows = {t: d for t, _, _, d, _ in claims.claim_diffs(done)}
+    alpha = next(d for t, d in rows.items() if t.startswith("alpha in"))
+    assert alpha == [5.0, 5.0]
+
+
+def test_report_names_a_refutation_and_its_explanation(monkeypatch):
+    done = dict(
+        [_tag_cell("sje2-a0.75", s, 60.0 - s, 72.0) for s in families.SEEDS]
+        + [_tag_cell("sje1-a0.75", s, 66.0, 71.0) for s in families.SEEDS]
+    )
+    text = claims.report(done)
+    line = next(x for x in text.splitlines() if x.startswith("| SJE with Delta(II)"))
+    assert line.endswith("| 3 | refuted |")
+    assert "**SJE with Delta(II) beats Delta(I) at p@1: refuted.**" in text

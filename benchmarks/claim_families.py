@@ -69,8 +69,97 @@ class Job:
                 f"train.seed={self.seed}"]  # fmt: skip
 
 
+# FNE variants on the SH pipeline at FNE-SH's chosen recipe (000/001: which layer groups
+# carry the FNE's difference, and whether other thresholds change the answer)
+FNE_VARIANTS = {
+    "layer4": "fne[layers=layer4]",
+    "layer34": "fne[layers=layer3+layer4]",
+    "layer234": "fne[layers=layer2+layer3+layer4]",
+    "t0.5": "fne[t=-0.5/0.5]",
+    "t0": "fne[t=0/0]",
+}
+# the second backbone: FC7 (pooled last layer) and FNE rows on the SH pipeline
+LITE0 = "efficientnet-lite0"
+LITE0_STORE = "~/.cache/vsekit/stores/flickr8k-efficientnet-lite0-c2"
+# 001 Table 5: MOE's failed starts at the paper's settings (learning rate, margin, abs),
+# five seeds each, in a short budget; POE at every setting where MOE failed at least once
+MOE_SETTINGS = {"bl": (2e-4, 0.2, False), "bl-abs": (2e-4, 0.2, True),
+                "abs": (1e-4, 0.05, True)}  # fmt: skip
+MOE_PAPER = {
+    "fc7-bl": 5,
+    "fc7-bl-abs": 0,
+    "fc7-abs": 0,
+    "fne-bl": 0,
+    "fne-bl-abs": 0,
+    "fne-abs": 4,
+}  # fmt: skip (successes of 5)
+MOE_SEEDS = (0, 1, 2, 3, 4)
+MOE_EPOCHS = 4
+STARTED = 10.0  # dev rsum; the paper's "does not train" is below 10 (chance is about 3)
+
+
+@dataclass(frozen=True)
+class Table2:
+    """What the families borrow from Table 2 (``claims.py``): a row's chosen recipe
+    ``recipe(row) -> (lr, margin scale) | None`` and its cells' overrides
+    ``overrides(row, lr, margin_scale, seed) -> [...]``."""
+
+    recipe: Callable[[str], tuple[float, float] | None]
+    overrides: Callable[[str, float, float, int], list[str]]
+    grid: tuple[tuple[float, float], ...]
+
+
+def _t2_sets(t2: Table2, row: str, lr: float, m: float, extra: list[str]) -> tuple[str, ...]:
+    sets = [x for x in t2.overrides(row, lr, m, 0) if not x.startswith("train.seed=")]
+    return (*sets, *extra)
+
+
+def late_jobs(done: dict[str, dict], t2: Table2) -> list[Job]:
+    """The families that run after Table 2, in order: FNE variants, the second backbone
+    (its grid at seed 0, then its chosen recipe's seeds), MOE's starts, then POE where
+    MOE failed to start."""
+    out = []
+    pick = t2.recipe("fne-sh")
+    if pick is not None:
+        for v, kind in FNE_VARIANTS.items():
+            sets = _t2_sets(t2, "fne-sh", *pick, [f"data.features={kind}"])
+            out += [Job("fnevar", v, s, "configs/flickr8k-fne-sh.yaml", sets) for s in SEEDS]
+    for feat in ("fc7", "fne"):
+        row = f"{feat}-sh"
+        lite = [f"data.backbone={LITE0}", f"data.store={LITE0_STORE}", "data.weights=auto"]
+        grid = {(lr, m): Job("lite0", f"{feat}-sh-lr{lr:g}-m{m:g}", 0,
+                             f"configs/flickr8k-{row}.yaml", _t2_sets(t2, row, lr, m, lite))
+                for lr, m in t2.grid}  # fmt: skip
+        out += list(grid.values())
+        if all(j.name in done for j in grid.values()):
+            best = max(grid, key=lambda k: (done[grid[k].name]["slice"]["rsum"],
+                                            -t2.grid.index(k)))  # fmt: skip
+            out += [Job("lite0", grid[best].variant, s, grid[best].config, grid[best].sets)
+                    for s in SEEDS if s]  # fmt: skip
+    for feat in ("fc7", "fne"):
+        for name, (lr, margin, use_abs) in MOE_SETTINGS.items():
+            extra = [f"train.lr={lr:g}", f"loss.margin={margin:g}",
+                     f"model.abs={str(use_abs).lower()}", f"train.epochs={MOE_EPOCHS}"]  # fmt: skip
+            cfg = f"configs/flickr8k-{feat}-moe.yaml"
+            sets = _t2_sets(t2, f"{feat}-moe", lr, 1.0, extra)
+            moe = [Job("moe", f"{feat}-{name}", s, cfg, sets) for s in MOE_SEEDS]
+            out += moe
+            if all(j.name in done for j in moe) and any(not started(done[j.name]) for j in moe):
+                curr = [*extra, f"train.curriculum_sum_epochs={MOE_EPOCHS // 2}"]
+                cfg = f"configs/flickr8k-{feat}-poe.yaml"
+                sets = _t2_sets(t2, f"{feat}-poe", lr, 1.0, curr)
+                out += [Job("poe", f"{feat}-{name}", s, cfg, sets) for s in MOE_SEEDS]
+    return out
+
+
+def started(cell: dict) -> bool:
+    """Whether a run left the start: dev rsum at its selected epoch of at least
+    ``STARTED`` (the paper's criterion, on our 1,000 dev images)."""
+    return cell["dev"]["rsum"] >= STARTED
+
+
 def jobs() -> list[Job]:
-    """Every job of the families, cheapest first."""
+    """The families' jobs that need nothing from Table 2, cheapest first."""
     out = [Job("reg", "ridge-glove", s, "configs/flickr8k-regression.yaml") for s in SEEDS]
     for loss, sets in TAG_LOSSES.items():
         alphas = TAG_ALPHAS if loss == "listsje" else (0.75,)
@@ -221,10 +310,98 @@ EXPLAIN_DELTA = (
 )
 
 
-def family_claims(table2_cell: Callable[[str, dict[str, dict], int], dict | None]) -> list:
+def lite0_variant(feat: str, done: dict[str, dict], grid) -> str | None:
+    """The second backbone's chosen recipe for ``feat`` (by slice rsum at seed 0, ties to
+    the earlier grid entry), once its grid has run."""
+    names = [f"{feat}-sh-lr{lr:g}-m{m:g}" for lr, m in grid]
+    cells = [done.get(Job("lite0", v, 0, "").name) for v in names]
+    if any(c is None for c in cells):
+        return None
+    return max(zip(names, cells, strict=True),
+               key=lambda nc: (nc[1]["slice"]["rsum"], -names.index(nc[0])))[0]  # fmt: skip
+
+
+def lite0_rsum(feat: str, grid) -> Callable[[dict[str, dict], int], float | None]:
+    def get(done: dict[str, dict], seed: int) -> float | None:
+        v = lite0_variant(feat, done, grid)
+        c = None if v is None else done.get(Job("lite0", v, seed, "").name)
+        return None if c is None else float(c["dev"]["rsum"])
+
+    return get
+
+
+def moe_starts(done: dict[str, dict], family: str, setting: str) -> int | None:
+    """Runs of ``setting`` (e.g. ``fc7-bl``) that started, of ``MOE_SEEDS``; None until
+    all are recorded."""
+    cells = [done.get(Job(family, setting, s, "").name) for s in MOE_SEEDS]
+    return None if any(c is None for c in cells) else sum(started(c) for c in cells)
+
+
+def moe_verdicts(done: dict[str, dict]) -> list[tuple[str, str, str, str, str]]:
+    """``(title, source, compared, figure, verdict)`` of the instability claims, by the
+    rules declared in ``claims.py``'s docstring."""
+    settings = [f"{f}-{n}" for f in ("fc7", "fne") for n in MOE_SETTINGS]
+    moe = {k: moe_starts(done, "moe", k) for k in settings}
+    out = []
+    if any(v is None for v in moe.values()):
+        fig, v1 = "—", "not yet run"
+    else:
+        fig = ", ".join(f"{k} {n}/5" for k, n in moe.items())
+        if all(n == len(MOE_SEEDS) for n in moe.values()):
+            v1 = "refuted"
+        elif max(moe.values()) == len(MOE_SEEDS) and min(moe.values()) <= 2:
+            v1 = "confirmed"
+        else:
+            v1 = "inconclusive"
+    out.append(("MOE's starts depend on its settings", "001 Table 5", "MOE runs started",
+                fig, v1))  # fmt: skip
+    failed = [k for k, n in moe.items() if n is not None and n < len(MOE_SEEDS)]
+    poe = {k: moe_starts(done, "poe", k) for k in failed}
+    if v1 == "not yet run":
+        fig2, v2 = "—", "not yet run"
+    elif not failed:
+        fig2, v2 = "MOE always started", "not testable here"
+    elif any(n is None for n in poe.values()):
+        fig2, v2 = "—", "not yet run"
+    else:
+        fig2 = ", ".join(f"{k} {poe[k]}/5 (MOE {moe[k]}/5)" for k in failed)
+        if all(n == len(MOE_SEEDS) for n in poe.values()):
+            v2 = "confirmed"
+        elif any(n <= moe[k] for k, n in poe.items()):
+            v2 = "refuted"
+        else:
+            v2 = "inconclusive"
+    out.append(("POE starts where MOE fails to", "001 section 6", "POE runs started", fig2,
+                v2))  # fmt: skip
+    return out
+
+
+def family_claims(table2_cell: Callable[[str, dict[str, dict], int], dict | None], grid=()) -> list:
     """The families' claims; ``table2_cell(row, done, seed)`` finds a Table 2 (or
-    regression-report encoder) cell at its row's chosen recipe."""
+    regression-report encoder) cell at its row's chosen recipe; ``grid``: Table 2's
+    (learning rate, margin scale) grid, which the second backbone's rows share."""
     short, long_ = f"<={LENGTH_EDGES[0]}", f">={LENGTH_EDGES[-1] + 1}"
+
+    def row_rsum(row: str):
+        def get(done: dict[str, dict], seed: int) -> float | None:
+            c = table2_cell(row, done, seed)
+            return None if c is None else float(c["dev"]["rsum"])
+
+        return get
+
+    fne_vs = [
+        FamilyClaim(f"FNE beats the one-layer embedding (SH, thresholds {lo}/{hi})",
+                    "000, 001", "dev rsum", dev("fnevar", v, "rsum"), row_rsum("fc7-sh"))
+        for v, (lo, hi) in (("t0.5", ("-0.5", "0.5")), ("t0", ("0", "0")))
+    ] + [
+        FamilyClaim(f"The FNE's lower blocks add to it: every block beats {label} (SH)",
+                    "000", "dev rsum", row_rsum("fne-sh"), dev("fnevar", v, "rsum"))
+        for v, label in (("layer4", "layer4 alone"), ("layer34", "layer3 + layer4"),
+                         ("layer234", "layer2 to layer4"))
+    ] + [
+        FamilyClaim("FNE beats the one-layer embedding (SH, EfficientNet-Lite0)", "000, 001",
+                    "dev rsum", lite0_rsum("fne", grid), lite0_rsum("fc7", grid)),
+    ]  # fmt: skip
 
     def lengths(row: str, label: str):
         return length_bin(lambda d, s: table2_cell(row, d, s), label, "r10")
@@ -267,4 +444,5 @@ def family_claims(table2_cell: Callable[[str, dict[str, dict], int], dict | None
                                short, "r10"),
                     length_bin(lambda d, s: d.get(Job("reg", "ridge-glove", s, "").name),
                                long_, "r10")),
+        *fne_vs,
     ]  # fmt: skip

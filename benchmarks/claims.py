@@ -33,10 +33,25 @@ embeddings), at FC7-SOE's chosen recipe, 3 seeds each: LSTM + GloVe, a stacked
 bidirectional GRU + GloVe, and a GRU with random word vectors; GRU + GloVe is FC7-SOE.
 They run after the FC7 rows.
 
-**Verdicts.** Each claim compares two rows seed by seed (the same seeds): the mean
-difference ``d`` of dev rsum and its standard error ``se`` (sample std / sqrt(n)).
-*Confirmed* if ``d > 2 se`` in the claimed direction, *refuted* if ``d < -2 se``, else
-*inconclusive*; no verdict below 3 seeds.
+**The other claims** are families of cells (``claim_families.py``): tag ranking (003),
+Word2VisualVec (004), the regression baseline and "baseline + weight" (002), FNE variants
+(stage subsets, thresholds), the second backbone (EfficientNet-Lite0) and MOE's
+instability (001 section 6). The runner takes the families' quick jobs first (minutes in
+all), then Table 2, then the FNE variants, the second backbone, MOE's starts, and last the
+Word2VisualVec runs with FNE targets (the slowest).
+
+**Verdicts.** Each claim compares two series seed by seed (the same seeds): the mean
+difference ``d`` (dev rsum, or the metric the claim names) and its standard error ``se``
+(sample std / sqrt(n)). *Confirmed* if ``d > 2 se`` in the claimed direction, *refuted*
+if ``d < -2 se``, else *inconclusive*; no verdict below 3 seeds. A deterministic model
+(the closed-form regression) has ``se = 0``.
+
+MOE's instability counts starts (dev rsum of at least 10, the paper's criterion) over 5
+seeds at each of the paper's six settings. "MOE's starts depend on its settings" is
+*confirmed* if one setting starts 5/5 and another at most 2/5, *refuted* if every setting
+starts 5/5, else *inconclusive*. "POE starts where MOE fails to" runs POE at each setting
+where MOE failed at least once: *confirmed* if POE starts 5/5 at each, *refuted* if at one
+of them POE starts no more often than MOE, else *inconclusive*.
 
 Run:   python benchmarks/claims.py --run [--max-cells N] [--only PREFIX]
 Report: python benchmarks/claims.py         (writes docs/claims.md and docs/claims.png)
@@ -194,8 +209,18 @@ def pending(done: dict[str, dict]) -> list[Cell | families.Job]:
     return [
         *(j for j in early if j.name not in done),
         *pending_cells(done),
+        *(j for j in families.late_jobs(done, table2_view(done)) if j.name not in done),
         *(j for j in late if j.name not in done),
     ]
+
+
+def table2_view(done: dict[str, dict]) -> families.Table2:
+    """What the families borrow from Table 2: chosen recipes and cell overrides."""
+    return families.Table2(
+        recipe=lambda row: chosen_recipe(row, done),
+        overrides=lambda row, lr, m, seed: Cell(row, lr, m, seed).overrides(),
+        grid=tuple(GRID),
+    )
 
 
 def pending_cells(done: dict[str, dict]) -> list[Cell]:
@@ -372,8 +397,9 @@ EXPLAIN = {
         "The FNE concatenates the standardised, ternarised activations of 17 blocks (15,168 "
         "dimensions against pool5's 2,048), so its image projection has seven times the "
         "parameters to fit from 6,000 training images in the same 12 epochs, and its "
-        "thresholds (-0.25, 0.15) were set on VGG16's activations. The stage-subset and "
-        "threshold cells that would say which of these matters are not yet in the grid."
+        "thresholds (-0.25, 0.15) were set on VGG16's activations. The FNE-variant cells "
+        "(stage subsets, other thresholds) and the second backbone test which of these "
+        "matters: see those tables."
     ),
     "soe": (
         "The paper's SOE-over-SH margin is a single run per row (1.7 rsum on FC7). With three "
@@ -471,7 +497,7 @@ def claim_diffs(done: dict[str, dict]) -> list[tuple[str, str, str, list[float],
         a, b = seed_rsums(c.better, done), seed_rsums(c.worse, done)
         diffs = [a[s] - b[s] for s in sorted(set(a) & set(b) & set(SEEDS))]
         out.append((c.title, c.source, "dev rsum", diffs, c.explain))
-    for c in families.family_claims(table2_cell):
+    for c in families.family_claims(table2_cell, tuple(GRID)):
         pairs = [(c.better(done, s), c.worse(done, s)) for s in SEEDS]
         diffs = [x - y for x, y in pairs if x is not None and y is not None]
         out.append((c.title, c.source, c.metric, diffs, c.explain))
@@ -525,6 +551,56 @@ def family_tables(done: dict[str, dict]) -> list[str]:
         got = (" | ".join(_ms([c["dev"][k] for c in cs]) for k in ("rsum", "i2t_r1", "i2t_r10"))
                if cs else " | | ")  # fmt: skip
         lines.append(f"| {variant.replace('-', ' -> ')} | {len(cs)} | {got} | {ref} |")
+    lines += ["", "## FNE variants (000, 001)", "",
+              "The SH pipeline at FNE-SH's chosen recipe, with the FNE built from a subset of "
+              "ResNet-50's blocks or with other ternarisation thresholds (from the store's "
+              "pooled activations and train statistics; `data.features: fne[...]`).", "",
+              "| features | kind | seeds | dev rsum |", "|---|---|---|---|"]  # fmt: skip
+    for label, row in (
+        ("one layer (FC7-SH row)", "fc7-sh"),
+        ("every block (FNE-SH row)", "fne-sh"),
+    ):
+        cs = [c for c in (table2_cell(row, done, s) for s in SEEDS) if c]
+        kind = "baseline" if row == "fc7-sh" else "fne"
+        lines.append(f"| {label} | `{kind}` | {len(cs)} | "
+                     f"{_ms([c['dev']['rsum'] for c in cs]) if cs else ''} |")  # fmt: skip
+    for v, kind in families.FNE_VARIANTS.items():
+        cs = cells("fnevar", v)
+        lines.append(f"| {v} | `{kind}` | {len(cs)} | "
+                     f"{_ms([c['dev']['rsum'] for c in cs]) if cs else ''} |")  # fmt: skip
+    lines += ["", "## The second backbone: EfficientNet-Lite0 (000, 001)", "",
+              "The SH pipeline on a 2-crop EfficientNet-Lite0 store (one layer: its pooled "
+              "last block, 1,280-d; FNE: 3,120-d), each row's recipe chosen from Table 2's "
+              "grid on the slice at seed 0.", "",
+              "| row | recipe (chosen on the slice) | seeds | dev rsum | i2t R@1 | t2i R@1 |",
+              "|---|---|---|---|---|---|"]  # fmt: skip
+    for feat in ("fc7", "fne"):
+        v = families.lite0_variant(feat, done, tuple(GRID))
+        have = sum(families.Job("lite0", f"{feat}-sh-lr{lr:g}-m{m:g}", 0, "").name in done
+                   for lr, m in GRID)  # fmt: skip
+        if v is None:
+            lines.append(f"| {feat.upper()}-SH | grid {have}/{len(GRID)} run | | | | |")
+            continue
+        cs = cells("lite0", v)
+        got = " | ".join(_ms([c["dev"][k] for c in cs]) for k in ("rsum", "i2t_r1", "t2i_r1"))
+        lines.append(f"| {feat.upper()}-SH | {v.split('-sh-')[1]} | {len(cs)} | {got} |")
+    lines += ["", "## MOE's instability (001 section 6, Table 5)", "",
+              f"Each setting five times (seeds 0-4), {families.MOE_EPOCHS} epochs; a run "
+              f"started if its dev rsum reaches {families.STARTED:g} (the paper's criterion; "
+              "chance is about 3). POE (L_S for half the epochs, then L_M) runs at every "
+              "setting where MOE failed at least once.", "",
+              "| setting | lr | margin | abs | MOE started | paper | POE started |",
+              "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for feat in ("fc7", "fne"):
+        for name, (lr, margin, use_abs) in families.MOE_SETTINGS.items():
+            k = f"{feat}-{name}"
+            moe = families.moe_starts(done, "moe", k)
+            poe = families.moe_starts(done, "poe", k)
+            n_run = sum(families.Job("moe", k, s, "").name in done for s in families.MOE_SEEDS)
+            got = f"{moe}/5" if moe is not None else f"{n_run}/5 run"
+            lines.append(f"| {feat.upper()}-MOE-{name} | {lr:g} | {margin:g} | "
+                         f"{'yes' if use_abs else 'no'} | {got} | {families.MOE_PAPER[k]}/5 | "
+                         f"{f'{poe}/5' if poe is not None else '—'} |")  # fmt: skip
     cs = cells("reg", "ridge-glove")
     lines += ["", "## The regression baseline and \"baseline + weight\" (002)", "",
               "Ridge regression (closed form) from a caption's mean GloVe-50 vector to ResNet-50 "
@@ -658,6 +734,9 @@ def report(done: dict[str, dict]) -> str:
         lines.append(f"| {title} | {source} | {metric} | {fig} | {len(diffs)} | {v} |")
         if v in ("refuted", "inconclusive"):
             explained.append(f"**{title}: {v}.** {explain or 'Not yet examined.'}")
+    for title, source, metric, fig, v in families.moe_verdicts(done):
+        lines.append(f"| {title} | {source} | {metric} | {fig} | {len(families.MOE_SEEDS)} "
+                     f"| {v} |")  # fmt: skip
     if explained:
         lines += ["", "### What explains the refutations", ""]
         lines += [x for e in explained for x in (e, "")][:-1]

@@ -81,3 +81,50 @@ def test_report_names_a_refutation_and_its_explanation(monkeypatch):
     line = next(x for x in text.splitlines() if x.startswith("| SJE with Delta(II)"))
     assert line.endswith("| 3 | refuted |")
     assert "**SJE with Delta(II) beats Delta(I) at p@1: refuted.**" in text
+
+
+def _moe_cells(family: str, starts: dict[str, int]) -> dict[str, dict]:
+    """Recorded MOE/POE cells: ``starts[setting]`` of the five seeds reach dev rsum 50."""
+    out = {}
+    for setting, n in starts.items():
+        for s in families.MOE_SEEDS:
+            name = families.Job(family, setting, s, "").name
+            out[name] = {"cell": name, "family": family, "dev": {"rsum": 50.0 if s < n else 4.0}}
+    return out
+
+
+def test_moe_instability_verdicts_follow_the_declared_rules():
+    settings = [f"{f}-{n}" for f in ("fc7", "fne") for n in families.MOE_SETTINGS]
+    v = {t: (fig, verdict) for t, _, _, fig, verdict in families.moe_verdicts({})}
+    assert v["MOE's starts depend on its settings"][1] == "not yet run"
+    # every setting starts every time: the instability does not reproduce
+    done = _moe_cells("moe", dict.fromkeys(settings, 5))
+    v = {t: verdict for t, _, _, _, verdict in families.moe_verdicts(done)}
+    assert v["MOE's starts depend on its settings"] == "refuted"
+    assert v["POE starts where MOE fails to"] == "not testable here"
+    # one setting never starts, another always: confirmed; POE then runs there
+    done = _moe_cells("moe", {**dict.fromkeys(settings, 5), "fc7-abs": 0})
+    v = {t: verdict for t, _, _, _, verdict in families.moe_verdicts(done)}
+    assert v["MOE's starts depend on its settings"] == "confirmed"
+    assert v["POE starts where MOE fails to"] == "not yet run"
+    t2 = claims.table2_view(done)
+    poe = [j.name for j in families.late_jobs(done, t2) if j.family == "poe"]
+    assert poe == [families.Job("poe", "fc7-abs", s, "").name for s in families.MOE_SEEDS]
+    for n, want in ((5, "confirmed"), (0, "refuted"), (3, "inconclusive")):
+        both = {**done, **_moe_cells("poe", {"fc7-abs": n})}
+        v = {t: verdict for t, _, _, _, verdict in families.moe_verdicts(both)}
+        assert v["POE starts where MOE fails to"] == want
+
+
+def test_the_second_backbone_runs_its_chosen_recipe_seeds():
+    grid = tuple(claims.GRID)
+    done = {}
+    for k, (lr, m) in enumerate(grid):
+        name = families.Job("lite0", f"fc7-sh-lr{lr:g}-m{m:g}", 0, "").name
+        done[name] = {"cell": name, "family": "lite0", "slice": {"rsum": 100.0 + k}}
+    lr, m = grid[-1]
+    assert families.lite0_variant("fc7", done, grid) == f"fc7-sh-lr{lr:g}-m{m:g}"
+    late = [j.name for j in families.late_jobs(done, claims.table2_view(done))]
+    for s in (1, 2):
+        assert families.Job("lite0", f"fc7-sh-lr{lr:g}-m{m:g}", s, "").name in late
+    assert not any(n.startswith("lite0-fne-sh") and not n.endswith("-s0") for n in late)

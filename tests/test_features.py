@@ -271,3 +271,47 @@ def test_one_extraction_writes_a_store_at_a_time(tmp_path):
         assert not (out / "meta.json").exists()  # refused before writing anything
     store = extract_to_store(items, out, model, crops=1, progress=False)
     assert store.n == 3
+
+
+# ------------------------------------------------------------------ FNE variants
+def test_fne_variant_with_the_paper_thresholds_is_the_stored_fne(tmp_path):
+    from vsekit.lab.train.features import FNEVariant, image_features
+
+    store = make_store(tmp_path / "s", n_train=6, n_dev=3)
+    store.fit_fne("train")
+    store = FeatureStore(store.path)
+    ids = list(store.ids)
+    got = image_features(store, "fne[t=-0.25/0.15]", ids)
+    np.testing.assert_array_equal(got, np.asarray(store.fne))
+    # a block subset: the same columns, standardised with the same train statistics
+    name = next(iter(store.layer_slices()))
+    sl = store.layer_slices()[name]
+    sub = image_features(store, f"fne[layers={name}]", ids)
+    np.testing.assert_array_equal(sub, np.asarray(store.fne)[:, sl])
+    # other thresholds: the naive ternarisation of the standardised columns
+    wide = FNEVariant.parse("fne[t=-1/1]").features(store, np.arange(len(ids)))
+    z = store.fne_stats().standardise(np.asarray(store.pooled))
+    np.testing.assert_array_equal(wide, (z > 1).astype(np.int8) - (z < -1).astype(np.int8))
+    assert (wide == 0).mean() > (np.asarray(store.fne) == 0).mean()
+
+
+@pytest.mark.parametrize(
+    "kind", ["fne[t=0.5/-0.5]", "fne[t=1]", "fne[depth=2]", "fne[layers=]", "fne"]
+)
+def test_fne_variant_errors_say_what_is_wrong(kind):
+    from vsekit.lab.train.features import FNEVariant
+
+    with pytest.raises(ValueError, match="fne"):
+        FNEVariant.parse(kind)
+
+
+def test_fne_variant_kinds_validate_in_a_config():
+    from vsekit.config import ConfigError
+    from vsekit.lab.train import load_config
+    from vsekit.lab.train.config import apply_overrides
+
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "flickr8k-fne-sh.yaml")
+    ok = apply_overrides(cfg, ["data.features=fne[layers=layer3+layer4;t=-0.5/0.5]"])
+    assert ok.data.features == "fne[layers=layer3+layer4;t=-0.5/0.5]"
+    with pytest.raises(ConfigError, match="data.features"):
+        apply_overrides(cfg, ["data.features=fne[t=oops]"])

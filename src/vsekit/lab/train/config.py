@@ -131,13 +131,27 @@ def load_config(path: str | Path) -> ExperimentConfig:
     return cfg
 
 
+def _fne_variant_ok(kind: str) -> bool:
+    if not kind.startswith("fne["):
+        return False
+    from vsekit.lab.train.features import FNEVariant
+
+    try:
+        FNEVariant.parse(kind)
+    except ValueError:
+        return False
+    return True
+
+
 def validate(cfg: ExperimentConfig, where: str = "config") -> None:
     checks = [
         (
             cfg.data.features.removesuffix("+audio")
-            in ("fne", "baseline", "baseline_raw", "rmac", "pooled"),
+            in ("fne", "baseline", "baseline_raw", "rmac", "pooled")
+            or _fne_variant_ok(cfg.data.features.removesuffix("+audio")),
             "data.features",
-            "fne | baseline | baseline_raw | rmac | pooled, optionally +audio",
+            "fne | fne[layers=A+B;t=F-/F+] | baseline | baseline_raw | rmac | pooled, "
+            "optionally +audio",
         ),
         (cfg.train.captions in ("one", "all"), "train.captions", "one | all"),
         (cfg.task in ("retrieval", "tags"), "task", "retrieval | tags"),

@@ -241,6 +241,32 @@ def pending_cells(done: dict[str, dict]) -> list[Cell]:
     return [c for c in out if c.name not in done]
 
 
+def claim(name: str) -> bool:
+    """Take cell ``name`` for this process, so that several runners (one per core) share
+    the grid: ``RUNS/<name>.lock`` holds the owner's pid; a lock whose process is gone is
+    taken over (the run itself resumes from its last epoch)."""
+    import os
+
+    RUNS.mkdir(parents=True, exist_ok=True)
+    lock = RUNS / f"{name}.lock"
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                os.kill(int(lock.read_text() or 0), 0)
+                return False  # a live runner has it
+            except (ProcessLookupError, ValueError):
+                lock.unlink(missing_ok=True)  # its runner died: take it over
+                continue
+            except PermissionError:
+                return False
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        return True
+    return False
+
+
 def git_commit() -> str:
     out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     return out.stdout.strip()
@@ -818,12 +844,21 @@ def main() -> None:
             print(c.name)
         return
     if args.run:
-        n = 0
+        n, failed = 0, set()
         while True:
             todo = [c for c in pending(load_cells()) if c.name.startswith(args.only)]
-            if not todo or (args.max_cells and n >= args.max_cells):
+            cell = next((c for c in todo if c.name not in failed and claim(c.name)), None)
+            if cell is None or (args.max_cells and n >= args.max_cells):
                 break
-            rec = run_cell(todo[0])
+            try:
+                rec = run_cell(cell)
+            except (subprocess.CalledProcessError, OSError, ValueError, KeyError) as e:
+                # nothing is recorded for it; this runner goes on with the next cell
+                print(f"{cell.name}: failed ({type(e).__name__}: {e}); not recorded", flush=True)
+                failed.add(cell.name)
+                continue
+            finally:
+                (RUNS / f"{cell.name}.lock").unlink(missing_ok=True)
             n += 1
             k = families.main_metric(rec)
             print(f"{rec['cell']}: slice {k} {rec['slice'][k]} dev {k} {rec['dev'][k]} "

@@ -128,3 +128,14 @@ def test_the_second_backbone_runs_its_chosen_recipe_seeds():
     for s in (1, 2):
         assert families.Job("lite0", f"fc7-sh-lr{lr:g}-m{m:g}", s, "").name in late
     assert not any(n.startswith("lite0-fne-sh") and not n.endswith("-s0") for n in late)
+
+
+def test_runners_share_the_grid_through_cell_locks(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.setattr(claims, "RUNS", tmp_path)
+    assert claims.claim("t2-x-s0")
+    assert (tmp_path / "t2-x-s0.lock").read_text() == str(os.getpid())
+    assert not claims.claim("t2-x-s0")  # held by a live process (this one)
+    (tmp_path / "t2-y-s0.lock").write_text("999999999")  # a runner that is gone
+    assert claims.claim("t2-y-s0")

@@ -701,6 +701,10 @@ def report(done: dict[str, dict]) -> str:
         f"Cells recorded: {len(done)} of {len(done) + len(pending(done))} known so far "
         "(the seeds beyond 0 are scheduled once a row's grid has run).",
         "",
+        "Each cell trains with one PyTorch thread, bf16 autocast, on the 2-core machine "
+        "recorded in its JSON; from 2026-11-24 two runners share the grid (one per core), "
+        "so train times are of a shared CPU and compare only roughly.",
+        "",
         *superseded_note(),
         "## Table 2: twelve rows",
         "",
@@ -783,6 +787,48 @@ def report(done: dict[str, dict]) -> str:
     lines += ["", "The slice has 500 images and dev 1,000: the same model ranks better "
               "among fewer candidates, so slice rsums run above dev ones."]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+README_BEGIN, README_END = "<!-- claims: begin -->", "<!-- claims: end -->"
+
+
+def readme_lines(done: dict[str, dict]) -> list[str]:
+    """The headline findings in three lines, for the README (between its markers)."""
+    t2 = [(r, p, m) for r, p, m, _ in table2_rows(done) if m is not None]
+    above = sum(m >= p for _, p, m in t2)
+    verdicts: dict[str, list[str]] = {"confirmed": [], "refuted": [], "inconclusive": []}
+    pending_n = 0
+    for title, _, metric, diffs, _ in claim_diffs(done):
+        v, m, se = verdict(diffs)
+        if v in verdicts:
+            unit = "" if metric == "dev rsum" else f" {metric.removeprefix('dev ')}"
+            verdicts[v].append(f"{title} ({m:+.1f} ± {se:.1f}{unit})")
+        else:
+            pending_n += 1
+    for title, _, _, fig, v in families.moe_verdicts(done):
+        if v in verdicts:
+            verdicts[v].append(f"{title} ({fig})")
+        else:
+            pending_n += 1
+    return [
+        f"* Table 2 on ResNet-50, Flickr8k dev: {above} of the {len(t2)} rows run so far (of 12) "
+        f"reach the paper's rsum.",
+        f"* Confirmed: {'; '.join(verdicts['confirmed']) or 'none yet'}.",
+        f"* Refuted: {'; '.join(verdicts['refuted']) or 'none yet'}. Inconclusive: "
+        f"{'; '.join(verdicts['inconclusive']) or 'none'}. Not yet run: {pending_n} claims.",
+    ]
+
+
+def update_readme(done: dict[str, dict], path: Path) -> bool:
+    """Replace the README's block between the claims markers; False if it has none."""
+    text = path.read_text()
+    if README_BEGIN not in text or README_END not in text:
+        return False
+    head, rest = text.split(README_BEGIN, 1)
+    _, tail = rest.split(README_END, 1)
+    block = "\n".join([README_BEGIN, *readme_lines(done), README_END])
+    path.write_text(head + block + tail)
+    return True
 
 
 def table2_rows(done: dict[str, dict]) -> list[tuple[str, float, float | None, float | None]]:
@@ -871,6 +917,8 @@ def main() -> None:
                             "![Table 2, ours vs the paper](claims.png)\n\n", 1)  # fmt: skip
     out.write_text(text)
     print(f"wrote {out}")
+    if update_readme(done, ROOT / "README.md"):
+        print(f"updated the claims lines of {ROOT / 'README.md'}")
 
 
 if __name__ == "__main__":

@@ -106,3 +106,59 @@ def test_a_failed_build_leaves_the_old_bundle_whole(tmp_path):
         build(load_recipe(recipe), out, tmp_path)
     assert (out / "marker").read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_build_train_trains_the_recipe_runs_once_and_reproducibly(tmp_path, capsys):
+    """``vse model build --train``: each member with a ``train`` section is trained on
+    the train split less the slice (``RUN-slice``), then refitted on every train image
+    with that schedule; a second build trains nothing; the same recipe trained from
+    scratch elsewhere gives the same weights (the pins hold on this machine)."""
+    from tests.test_train import write_flickr8k_folder
+    from vsekit.lab.build import DONE
+
+    data = write_flickr8k_folder(tmp_path / "f8k", n=14, n_train=10)
+    (tmp_path / "cfg.yaml").write_text(f"""
+name: tiny-member
+data: {{root: {data}, store: {tmp_path / "store"}, backbone: tiny-test, crops: 1,
+        weights: random, features: baseline, val_from_train: 3}}
+model: {{text: {{kind: gru, word_dim: 8, embed_dim: 16}}}}
+loss: {{name: max_hinge, margin: 0.2}}
+train: {{epochs: 3, batch_size: 4, lr: 0.001, collapse_epochs: 0, threads: 1}}
+""")
+    built = {}
+    for where in ("a", "b"):
+        recipe = write(
+            tmp_path,
+            members=[
+                {
+                    "run": f"{where}/member",
+                    "train": {
+                        "config": str(tmp_path / "cfg.yaml"),
+                        "set": ["train.seed=1"],
+                        "refit": True,
+                    },
+                }
+            ],
+        )
+        args = ["model", "build", str(recipe), str(tmp_path / f"out-{where}"), "--root",
+                str(tmp_path), "--train"]  # fmt: skip
+        assert main(args) == 0
+        assert f"trained {tmp_path / where / 'member'}" in capsys.readouterr().out
+        run = tmp_path / where / "member"
+        assert (run / DONE).is_file() and (run.with_name("member-slice") / DONE).is_file()
+        meta = yaml.safe_load((run / "config.json").read_text())
+        assert meta["config"]["data"]["val_from_train"] == 0  # the refit saw every image
+        assert meta["config"]["train"]["refit_from"] == str(run.with_name("member-slice"))
+        built[where] = VSEModel.load(tmp_path / f"out-{where}")
+        assert main(args) == 0  # again: nothing to train
+        assert "trained" not in capsys.readouterr().out
+    assert built["a"].fingerprint == built["b"].fingerprint
+    shas = [m["weights_sha256"] for m in built["a"].info["source"]["members"]]
+    assert shas == [m["weights_sha256"] for m in built["b"].info["source"]["members"]]
+
+
+def test_build_without_train_names_the_missing_run(tmp_path):
+    recipe = write(tmp_path, members=[{"run": "gone/member", "train": {"config": "c.yaml"}}])
+    with pytest.raises(ConfigError, match=r"gone/member: no training run there \(vse model "
+                       r"build --train trains it\)"):  # fmt: skip
+        build(load_recipe(recipe), tmp_path / "out", tmp_path)

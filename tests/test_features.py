@@ -275,7 +275,8 @@ def test_one_extraction_writes_a_store_at_a_time(tmp_path):
 
 # ------------------------------------------------------------------ FNE variants
 def test_fne_variant_with_the_paper_thresholds_is_the_stored_fne(tmp_path):
-    from vsekit.lab.train.features import FNEVariant, image_features
+    from vsekit.lab.features.fne_variant import FNEVariant
+    from vsekit.lab.train.features import image_features
 
     store = make_store(tmp_path / "s", n_train=6, n_dev=3)
     store.fit_fne("train")
@@ -299,7 +300,7 @@ def test_fne_variant_with_the_paper_thresholds_is_the_stored_fne(tmp_path):
     "kind", ["fne[t=0.5/-0.5]", "fne[t=1]", "fne[depth=2]", "fne[layers=]", "fne"]
 )
 def test_fne_variant_errors_say_what_is_wrong(kind):
-    from vsekit.lab.train.features import FNEVariant
+    from vsekit.lab.features.fne_variant import FNEVariant
 
     with pytest.raises(ValueError, match="fne"):
         FNEVariant.parse(kind)

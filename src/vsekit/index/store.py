@@ -29,19 +29,22 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
-
 from vsekit.fsio import RowFile, exclusive_lock
 from vsekit.index.files import (
     DB_NAME,
     LOCK_NAME,
     derived_files,
-    drop_caches,
     file_identity,
     generation_of,
     remove_rebuild,
 )
-from vsekit.index.rows import check_storage, emb_path, open_rows, row_bytes, row_file
+from vsekit.index.integrity import Integrity
+from vsekit.index.rows import (
+    check_storage,
+    copy_rows,
+    emb_path,
+    row_file,
+)
 from vsekit.index.schema import (
     ALL_ROWS,
     INDEX_VERSION,
@@ -54,10 +57,9 @@ from vsekit.index.schema import (
 from vsekit.index.snapshot import Snapshot, read_snapshot
 
 #: embeddings files up to this size are read through for NaN and infinities at each open
-SCAN_AT_OPEN = 1 << 30
 
 
-class IndexStore:
+class IndexStore(Integrity):
     """Open (or, given ``model_info``, create) the index at ``path``.
 
     ``model_info``: ``{"name", "fingerprint", "dim", "similarity"}`` of the model the
@@ -295,65 +297,6 @@ class IndexStore:
         with self._read_lock:
             return self.db.execute(sql).fetchall()
 
-    def check(self) -> None:
-        """CollectionError naming the file and the repair command if the embeddings file
-        does not hold every committed row, holds rows that are not finite numbers (up to
-        :data:`SCAN_AT_OPEN` bytes; larger files are not read through at each open) or
-        two files share a row. A rebuild swapped in meanwhile is checked instead."""
-        try:
-            self._check()
-        except CollectionError:
-            if not self.reopen_if_replaced():
-                raise
-            self._check()
-
-    def _check(self) -> None:
-        meta = self.meta()
-        gen, n_rows = int(meta["generation"]), int(meta["rows"])
-        f = emb_path(self.path, gen, self.storage)
-        repair = f"run `vse index FOLDER --index {self.path} --repair` to re-embed what is missing"
-        size = f.stat().st_size if f.is_file() else None
-        if n_rows and size is None:
-            raise CollectionError(f"{f}: missing, the index has {n_rows} embeddings; {repair}")
-        if size is not None and size < n_rows * row_bytes(self.dim, self.storage):
-            raise CollectionError(
-                f"{f}: truncated ({size} bytes for {n_rows} rows of {self.dim}); {repair}"
-            )
-        bad = self.nonfinite_rows(gen, n_rows)
-        if bad:  # only rows still in use matter (repair leaves dropped ones behind)
-            listed = ",".join(str(r) for r in bad)
-            bad = self._query(f"SELECT row FROM ({self._all_rows()}) WHERE row IN ({listed})")
-        if bad:
-            raise CollectionError(
-                f"{f}: {len(bad)} embeddings are not finite numbers (the file is damaged); {repair}"
-            )
-        n, distinct, top = self._query(
-            "SELECT COUNT(*), COUNT(DISTINCT row), COALESCE(MAX(row), -1) "
-            f"FROM ({self._all_rows()})"
-        )[0]
-        if n != distinct or top >= n_rows:
-            raise CollectionError(
-                f"{self.db_path}: {n - distinct} files share an embedding row and "
-                f"{top >= n_rows and 'some point past the last row' or 'none past it'}; {repair}"
-            )
-
-    def nonfinite_rows(self, gen: int, n_rows: int, block: int = 16_384) -> list[int]:
-        """The committed rows of ``emb-<gen>.f32`` holding a NaN or an infinity (rows are
-        refused before they are written, so these are damage). One pass over the file,
-        in blocks: about 20 ms for 7,000 rows of 2,048 from the page cache."""
-        f = emb_path(self.path, gen, self.storage)
-        size = n_rows * row_bytes(self.dim, self.storage)
-        if not n_rows or not f.is_file() or f.stat().st_size < size:
-            return []
-        if size > SCAN_AT_OPEN:
-            return []  # 130,000 photos of 2,048 float32 dimensions and more: not at every open
-        emb = open_rows(f, n_rows, self.dim, self.storage)
-        bad: list[int] = []
-        for a in range(0, n_rows, block):
-            ok = np.isfinite(emb[a : a + block]).all(axis=1)
-            bad.extend((a + np.flatnonzero(~ok)).tolist())
-        return bad
-
     def _all_rows(self) -> str:
         has = self._query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'segments'")
         return ALL_ROWS if has else "SELECT row FROM files"
@@ -361,33 +304,6 @@ class IndexStore:
     # -- writing (callers hold :meth:`writer`) --------------------------------------
     def rows_file(self, gen: int) -> RowFile:
         return row_file(emb_path(self.path, gen, self.storage), self.dim, self.storage)
-
-    def repair(self) -> int:
-        """Drop what the embeddings file does not hold (rows past its end, rows shared by
-        two files, rows damaged into NaN or infinity) so that the next update re-embeds
-        exactly those files; returns how many files were dropped."""
-        with self.writer() as w:
-            meta = dict(w.execute("SELECT key, value FROM meta").fetchall())
-            gen, n_rows = int(meta["generation"]), int(meta["rows"])
-            rows = self.rows_file(gen)
-            keep = min(n_rows, rows.rows_on_disk())
-            damaged = ",".join(str(r) for r in self.nonfinite_rows(gen, keep)) or "-1"
-            with w:
-                bad_rows = f"""SELECT row FROM ({ALL_ROWS}) GROUP BY row
-                               HAVING COUNT(*) > 1 OR row >= {int(keep)}
-                                   OR row IN ({damaged})"""
-                bad = w.execute(
-                    f"""SELECT id FROM files WHERE row IN ({bad_rows}) UNION
-                        SELECT file_id FROM segments WHERE row IN ({bad_rows})"""
-                ).fetchall()
-                n0 = w.execute("SELECT COUNT(*) FROM files").fetchone()[0]
-                w.executemany("DELETE FROM segments WHERE file_id = ?", bad)
-                w.executemany("DELETE FROM files WHERE id = ?", bad)
-                set_meta(w, rows=keep)
-                drop_caches(w, self.path)  # derived from rows that may have changed
-                dropped = n0 - w.execute("SELECT COUNT(*) FROM files").fetchone()[0]
-            rows.truncate(keep)
-            return dropped
 
     def add_root(self, w: sqlite3.Connection, root: Path) -> None:
         raw = dict(w.execute("SELECT key, value FROM meta").fetchall()).get("roots")
@@ -413,13 +329,9 @@ class IndexStore:
         garbage = n_rows - len(live)
         if garbage < max(min_garbage, len(live)):
             return False
-        old = open_rows(emb_path(self.path, gen, self.storage), n_rows, self.dim, self.storage)
-        new = self.rows_file(gen + 1)
-        new.truncate(0)
-        for a in range(0, len(live), 65_536):
-            new.append(np.asarray(old[[r for _, _, r in live[a : a + 65_536]]]))
-        new.sync()
-        del old
+        old = emb_path(self.path, gen, self.storage)
+        copy_rows(old, n_rows, self.dim, self.storage, [r for _, _, r in live],
+                  self.rows_file(gen + 1))  # fmt: skip
         with w:
             new_rows = [(t, j, i) for j, (t, i, _) in enumerate(live)]
             w.executemany(

@@ -12,6 +12,7 @@ shipped one). The recipe is a pydantic model: a wrong field is one line that nam
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 from pathlib import Path
@@ -29,6 +30,17 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class TrainSpec(_Strict):
+    """How a run is trained: ``vse train CONFIG --set ...``. With ``refit``, first on the
+    train split less the slice the config carves off (``data.val_from_train``), which
+    chooses the schedule, into ``RUN-slice``; then on every train image with that schedule
+    (``train.refit_from``) into ``RUN``."""
+
+    config: str
+    set: list[str] = []
+    refit: bool = False
+
+
 class Member(_Strict):
     """One member: a training run or a single-model bundle, and its share."""
 
@@ -37,6 +49,7 @@ class Member(_Strict):
     weight: Annotated[float, Field(gt=0)] = 1.0  # share of the similarity (normalised)
     weights_sha256: str | None = None  # the member's weights, checked when given
     name: str | None = None
+    train: TrainSpec | None = None  # how ``run`` is trained (``vse model build --train``)
 
     @model_validator(mode="after")
     def _one_source(self) -> Member:
@@ -52,6 +65,7 @@ class Captions(_Strict):
 
 class Tagger(_Strict):
     run: str  # a tag-ranking run on the same image features
+    train: TrainSpec | None = None  # how ``run`` is trained
 
 
 class HubnessRecipe(_Strict):
@@ -93,6 +107,52 @@ def load_recipe(path: str | Path) -> Recipe:
         raise ConfigError(f"{path}: {where}: {err['msg']}") from e
 
 
+DONE = "recipe-done.json"  # written into a run that train_missing finished
+
+
+def _path(root: Path, p: str) -> Path:
+    q = Path(p).expanduser()
+    return q if q.is_absolute() else root / q
+
+
+def train_missing(recipe: Recipe, root: str | Path = ".", progress: bool = True) -> list[Path]:
+    """Train every run the recipe names with a ``train`` spec and that is not finished
+    (a killed one resumes from its last epoch); returns the runs trained. Without
+    ``--train`` a build never trains: a missing run is an error naming it."""
+    from vsekit.lab.train import load_config, train
+    from vsekit.lab.train.config import apply_overrides
+
+    root = Path(root)
+    todo = [(m.run, m.train) for m in recipe.members if m.run and m.train]
+    if recipe.tagger is not None and recipe.tagger.train is not None:
+        todo.append((recipe.tagger.run, recipe.tagger.train))
+    done = []
+    for run_name, spec in todo:
+        run = _path(root, run_name)
+        if (run / DONE).is_file():
+            continue
+        cfg = apply_overrides(load_config(_path(root, spec.config)), spec.set)
+        steps = [(run, cfg)]
+        if spec.refit:
+            if not cfg.data.val_from_train:
+                raise ConfigError(f"{run_name}: train.refit needs data.val_from_train in "
+                                  f"{spec.config} or its set")  # fmt: skip
+            twin = run.with_name(f"{run.name}-slice")
+            refit = apply_overrides(cfg, ["data.val_from_train=0", f"train.refit_from={twin}"])
+            steps = [(twin, cfg), (run, refit)]
+        for step_run, step_cfg in steps:
+            if (step_run / DONE).is_file():
+                continue
+            resume = (step_run / "config.json").is_file()
+            res = train(step_cfg, step_run, resume=resume, progress=progress)
+            if res.get("collapsed"):
+                raise ConfigError(f"{step_run}: the run did not start learning; not used")
+            (step_run / DONE).write_text(json.dumps({"config": spec.config, "set": spec.set,
+                                                     "refit": spec.refit}) + "\n")  # fmt: skip
+        done.append(run)
+    return done
+
+
 def weights_sha256(model: VSEModel) -> str:
     """The sha256 of a model's weights (its state dict's tensors, in order, as stored in
     float32): what a recipe pins a member by."""
@@ -105,8 +165,12 @@ def _member(m: Member, root: Path) -> VSEModel:
     from vsekit.lab.train.export import model_from_run
 
     if m.run is not None:
-        return model_from_run(root / m.run)
-    return VSEModel.load(root / m.bundle, device="cpu", expand=False)
+        run = _path(root, m.run)
+        if not (run / "config.json").is_file():
+            hint = " (vse model build --train trains it)" if m.train else ""
+            raise ConfigError(f"{m.run}: no training run there{hint}")
+        return model_from_run(run)
+    return VSEModel.load(_path(root, m.bundle), device="cpu", expand=False)
 
 
 def build(recipe: Recipe, out: str | Path, root: str | Path = ".") -> Path:
@@ -135,7 +199,7 @@ def build(recipe: Recipe, out: str | Path, root: str | Path = ".") -> Path:
         if "preprocessing" in image:
             image["preprocessing"]["crops"] = recipe.crops
     if recipe.tagger is not None:
-        attach_tagger(model, root / recipe.tagger.run)
+        attach_tagger(model, _path(root, recipe.tagger.run))
     captions: list[str] = []
     if recipe.captions is not None:
         captions = list(

@@ -205,6 +205,9 @@ def _add_build(msub: argparse._SubParsersAction) -> None:
     b.add_argument("recipe", help="recipe YAML: members, weights, crops, captions, tagger, hubness")
     b.add_argument("out", help="bundle directory to write")
     b.add_argument("--root", default=".", help="folder the recipe's relative paths start from")
+    b.add_argument("--train", action="store_true",
+                   help="first train the runs the recipe names that are missing, as its "
+                   "train sections say (a killed training resumes)")  # fmt: skip
     b.set_defaults(handler=_model_build)
 
 
@@ -213,6 +216,11 @@ def _model_build(args: argparse.Namespace) -> int:
     from vsekit.lab.torch_model import VSEModel
 
     recipe = load_recipe(args.recipe)
+    if args.train:
+        from vsekit.lab.build import train_missing
+
+        for run in train_missing(recipe, args.root):
+            print(f"trained {run}")
     out = build(recipe, args.out, args.root)
     m = VSEModel.load(out, device="cpu")
     print(f"wrote {out}: {recipe.name}, {len(recipe.members)} member(s), fingerprint "

@@ -134,7 +134,7 @@ def load_config(path: str | Path) -> ExperimentConfig:
 def _fne_variant_ok(kind: str) -> bool:
     if not kind.startswith("fne["):
         return False
-    from vsekit.lab.train.features import FNEVariant
+    from vsekit.lab.features.fne_variant import FNEVariant
 
     try:
         FNEVariant.parse(kind)

@@ -3,72 +3,21 @@ chosen representation for a list of image ids."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from vsekit.fne import F_MINUS, F_PLUS, FNEStats, full_network_embedding
 from vsekit.lab.data import Dataset
 from vsekit.lab.features.audio_store import add_audio
 from vsekit.lab.features.backbones import create_backbone
 from vsekit.lab.features.extract import ExtractItem, extract_to_store
+from vsekit.lab.features.fne_variant import FNEVariant
 from vsekit.lab.features.store import FeatureStore, StoreError
 from vsekit.lab.train.config import DataConfig
 from vsekit.media.video import Sampling
 from vsekit.runtime.kinds import features_of_kind
 
 AUDIO_SUFFIX = "+audio"
-
-
-@dataclass(frozen=True)
-class FNEVariant:
-    """A research variant of the FNE, named by a feature kind such as
-    ``fne[layers=layer3+layer4]`` or ``fne[t=-0.5/0.5]`` (both: ``;``-separated).
-
-    ``layers`` keeps the blocks whose names start with one of the ``+``-separated
-    prefixes (``layer3`` keeps ``layer3.0`` .. ``layer3.5``); ``t`` gives the ternarisation
-    thresholds ``f-/f+`` in place of (-0.25, 0.15). Computed from the store's pooled
-    activations and its train-split statistics (the FNE paper's steps 1-2 on a subset)."""
-
-    layers: tuple[str, ...] = ()  # empty: every block
-    f_minus: float = F_MINUS
-    f_plus: float = F_PLUS
-
-    @classmethod
-    def parse(cls, kind: str) -> FNEVariant:
-        """The variant a ``fne[...]`` kind names; ValueError saying what is wrong."""
-        if not (kind.startswith("fne[") and kind.endswith("]")):
-            raise ValueError(f"{kind!r} is not an FNE variant (fne[layers=A+B;t=F-/F+])")
-        out: dict = {}
-        for part in filter(None, kind[4:-1].split(";")):
-            key, _, val = part.partition("=")
-            if key == "layers" and val:
-                out["layers"] = tuple(val.split("+"))
-            elif key == "t" and val.count("/") == 1:
-                lo, hi = (float(x) for x in val.split("/"))
-                if lo > hi:
-                    raise ValueError(f"{kind!r}: thresholds need f- <= f+")
-                out["f_minus"], out["f_plus"] = lo, hi
-            else:
-                raise ValueError(f"{kind!r}: {part!r} is not layers=A+B or t=F-/F+")
-        return cls(**out)
-
-    def columns(self, store: FeatureStore) -> np.ndarray:
-        """The pooled-activation columns of the kept blocks, in store order."""
-        sl = store.layer_slices()
-        keep = [s for name, s in sl.items() if not self.layers or name.startswith(self.layers)]
-        if not keep:
-            raise ValueError(f"no block of {store.path} starts with {'/'.join(self.layers)} "
-                             f"(blocks: {', '.join(sl)})")  # fmt: skip
-        return np.concatenate([np.arange(s.start, s.stop) for s in keep])
-
-    def features(self, store: FeatureStore, rows: np.ndarray) -> np.ndarray:
-        cols = self.columns(store)
-        st = store.fne_stats()
-        stats = FNEStats(st.mean[cols], st.std[cols], st.n)
-        return full_network_embedding(np.asarray(store.pooled[rows])[:, cols], stats,
-                                      self.f_minus, self.f_plus)  # fmt: skip
 
 
 def is_fne(kind: str) -> bool:

@@ -82,7 +82,7 @@ FNE_VARIANTS = {
 LITE0 = "efficientnet-lite0"
 LITE0_STORE = "~/.cache/vsekit/stores/flickr8k-efficientnet-lite0-c2"
 # 001 Table 5: MOE's failed starts at the paper's settings (learning rate, margin, abs),
-# five seeds each, in a short budget; POE at every setting where MOE failed at least once
+# five seeds each, in a short budget; POE at the same settings
 MOE_SETTINGS = {"bl": (2e-4, 0.2, False), "bl-abs": (2e-4, 0.2, True),
                 "abs": (1e-4, 0.05, True)}  # fmt: skip
 MOE_PAPER = {
@@ -144,11 +144,14 @@ def late_jobs(done: dict[str, dict], t2: Table2) -> list[Job]:
             sets = _t2_sets(t2, f"{feat}-moe", lr, 1.0, extra)
             moe = [Job("moe", f"{feat}-{name}", s, cfg, sets) for s in MOE_SEEDS]
             out += moe
-            if all(j.name in done for j in moe) and any(not started(done[j.name]) for j in moe):
-                curr = [*extra, f"train.curriculum_sum_epochs={MOE_EPOCHS // 2}"]
-                cfg = f"configs/flickr8k-{feat}-poe.yaml"
-                sets = _t2_sets(t2, f"{feat}-poe", lr, 1.0, curr)
-                out += [Job("poe", f"{feat}-{name}", s, cfg, sets) for s in MOE_SEEDS]
+    for feat in ("fc7", "fne"):  # POE at every setting (scheduling reads no dev figure)
+        for name, (lr, margin, use_abs) in MOE_SETTINGS.items():
+            curr = [f"train.lr={lr:g}", f"loss.margin={margin:g}",
+                    f"model.abs={str(use_abs).lower()}", f"train.epochs={MOE_EPOCHS}",
+                    f"train.curriculum_sum_epochs={MOE_EPOCHS // 2}"]  # fmt: skip
+            cfg = f"configs/flickr8k-{feat}-poe.yaml"
+            sets = _t2_sets(t2, f"{feat}-poe", lr, 1.0, curr)
+            out += [Job("poe", f"{feat}-{name}", s, cfg, sets) for s in MOE_SEEDS]
     return out
 
 
@@ -262,6 +265,7 @@ class FamilyClaim:
     better: Callable[[dict[str, dict], int], float | None]
     worse: Callable[[dict[str, dict], int], float | None]
     explain: str = ""  # what we think explains it, if it does not hold here
+    note: str = ""  # a caveat shown whatever the verdict
 
 
 def dev(family: str, variant: str, *path: str) -> Callable[[dict[str, dict], int], float | None]:
@@ -279,12 +283,16 @@ def dev(family: str, variant: str, *path: str) -> Callable[[dict[str, dict], int
     return get
 
 
-def best_of(*fs: Callable) -> Callable[[dict[str, dict], int], float | None]:
-    """The per-seed maximum of several series (None unless all are recorded)."""
+def chosen_on_slice(family: str, variants: list[str], metric: str):
+    """Per seed, the dev ``metric`` of the variant whose *slice* ``metric`` is best (ties
+    to the earlier one): the slice chooses, dev reports. None unless all are recorded."""
 
     def get(done: dict[str, dict], seed: int) -> float | None:
-        vals = [f(done, seed) for f in fs]
-        return None if any(v is None for v in vals) else max(vals)
+        cells = [done.get(Job(family, v, seed, "").name) for v in variants]
+        if any(c is None for c in cells):
+            return None
+        best = max(range(len(cells)), key=lambda i: (cells[i]["slice"][metric], -i))
+        return float(cells[best]["dev"][metric])
 
     return get
 
@@ -301,6 +309,13 @@ def length_bin(cells_of: Callable[[dict[str, dict], int], dict | None], label: s
 
     return get
 
+
+NOTE_W2V = (
+    "Our stand-in for the paper's word2vec is the mean of 50-d GloVe 6B vectors, the only "
+    "word vectors on this machine (the paper's were 500-d, trained on Flickr tags), and the "
+    "paper's own gap is small (31.9 against 33.6 i2t R@1, equal R@10): the size of the "
+    "margin here says more about that stand-in than about the input layer."
+)
 
 EXPLAIN_DELTA = (
     "The paper's margin for Delta(II) over Delta(I) is under a point of p@1 at alpha 0.75 "
@@ -347,7 +362,7 @@ def moe_verdicts(done: dict[str, dict]) -> list[tuple[str, str, str, str, str]]:
         fig, v1 = "—", "not yet run"
     else:
         fig = ", ".join(f"{k} {n}/5" for k, n in moe.items())
-        if all(n == len(MOE_SEEDS) for n in moe.values()):
+        if max(moe.values()) - min(moe.values()) <= 1:  # every setting alike
             v1 = "refuted"
         elif max(moe.values()) == len(MOE_SEEDS) and min(moe.values()) <= 2:
             v1 = "confirmed"
@@ -408,8 +423,8 @@ def family_claims(table2_cell: Callable[[str, dict[str, dict], int], dict | None
 
     p1 = {v: dev("tags", v, "p1") for v in ("sje1-a0.75", "sje2-a0.75", "listsje-a0.75")}
     p5 = {v: dev("tags", v, "p5") for v in ("sje1-a0.75", "sje2-a0.75", "listsje-a0.75")}
-    mid = best_of(*(dev("tags", f"listsje-a{a:g}", "p1") for a in (0.5, 0.75)))
-    ends = best_of(*(dev("tags", f"listsje-a{a:g}", "p1") for a in (0.0, 0.25, 1.0)))
+    mid = chosen_on_slice("tags", [f"listsje-a{a:g}" for a in (0.5, 0.75)], "p1")
+    ends = chosen_on_slice("tags", [f"listsje-a{a:g}" for a in (0.0, 0.25, 1.0)], "p1")
     return [
         FamilyClaim("SJE with Delta(II) beats Delta(I) at p@1", "003 Tables 2-4", "dev p@1",
                     p1["sje2-a0.75"], p1["sje1-a0.75"], EXPLAIN_DELTA),
@@ -417,14 +432,14 @@ def family_claims(table2_cell: Callable[[str, dict[str, dict], int], dict | None
                     p5["listsje-a0.75"], p5["sje2-a0.75"]),
         FamilyClaim("ListSJE beats SJE Delta(I) at p@5", "003 Tables 2-4", "dev p@5",
                     p5["listsje-a0.75"], p5["sje1-a0.75"]),
-        FamilyClaim("alpha in {0.5, 0.75} beats alpha in {0, 0.25, 1} at p@1 (ListSJE; best "
-                    "of each set)", "003 Tables 2-4", "dev p@1", mid, ends),
+        FamilyClaim("alpha in {0.5, 0.75} beats alpha in {0, 0.25, 1} at p@1 (ListSJE; each "
+                    "set's alpha chosen on the slice)", "003 Tables 2-4", "dev p@1", mid, ends),
         FamilyClaim("Bag-of-words input beats word2vec (mean GloVe) input", "004 Table 3",
                     "dev rsum", dev("w2vv", "bow-pool5", "rsum"),
-                    dev("w2vv", "glove-pool5", "rsum")),
+                    dev("w2vv", "glove-pool5", "rsum"), note=NOTE_W2V),
         FamilyClaim("Letter-trigram input beats word2vec (mean GloVe) input", "004 Table 3",
                     "dev rsum", dev("w2vv", "trigram-pool5", "rsum"),
-                    dev("w2vv", "glove-pool5", "rsum")),
+                    dev("w2vv", "glove-pool5", "rsum"), note=NOTE_W2V),
         FamilyClaim("FNE targets beat pool5 targets (bag-of-words input, equal epochs)",
                     "000 + 004", "dev rsum", dev("w2vv", "bow-fne", "rsum"),
                     dev("w2vv", "bow-pool5", "rsum")),

@@ -162,3 +162,24 @@ def test_build_without_train_names_the_missing_run(tmp_path):
     with pytest.raises(ConfigError, match=r"gone/member: no training run there \(vse model "
                        r"build --train trains it\)"):  # fmt: skip
         build(load_recipe(recipe), tmp_path / "out", tmp_path)
+
+
+def test_build_train_never_overwrites_or_reuses_a_run_it_did_not_make(tmp_path):
+    from vsekit.lab.build import DONE, train_missing
+
+    spec = {"config": "c.yaml", "set": ["train.seed=1"]}
+    other = tmp_path / "runs" / "member"
+    other.mkdir(parents=True)
+    (other / "config.json").write_text("{}")  # a run trained some other way
+    recipe = load_recipe(write(tmp_path, members=[{"run": "runs/member", "train": spec}]))
+    with pytest.raises(ConfigError, match=r"member: a run is there that this recipe's --train"):
+        train_missing(recipe, tmp_path)
+    # finished by --train with another spec: refused, not taken as done
+    (other / DONE).write_text('{"config": "c.yaml", "refit": false, "set": []}\n')
+    with pytest.raises(ConfigError, match=r"member: trained by another train section"):
+        train_missing(recipe, tmp_path)
+    # a pinned member is refused before any training
+    pinned = [{"run": "runs/gone", "train": spec, "weights_sha256": "ab" * 32}]
+    with pytest.raises(ConfigError, match=r"members\.0: runs/gone is missing and pinned"):
+        train_missing(load_recipe(write(tmp_path, members=pinned)), tmp_path)
+    assert not (tmp_path / "runs" / "gone").exists()

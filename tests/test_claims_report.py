@@ -20,7 +20,8 @@ import claims  # noqa: E402
         ([-3.0, -4.0, -5.0], "refuted"),
         ([3.0, -2.0, 0.5], "inconclusive"),
         ([3.0, 4.0], "not yet run"),  # no verdict below 3 seeds
-        ([1.0, 1.0, 1.0], "confirmed"),  # a deterministic model: se 0
+        ([1.0, 1.0, 1.0], "one model: holds"),  # a deterministic model: nothing to test
+        ([-1.0, -1.0, -1.0], "one model: fails"),
     ],
 )
 def test_verdict_is_the_declared_paired_test(diffs, want):
@@ -72,6 +73,20 @@ def test_family_claims_follow_from_the_cells():
     assert alpha == [5.0, 5.0]
 
 
+def test_the_alpha_claim_lets_the_slice_choose_and_reports_dev():
+    done = {}
+    for a, sl, dv in ((0.0, 50, 90), (0.25, 60, 40), (1.0, 55, 95), (0.5, 70, 41), (0.75, 65, 99)):
+        for s in families.SEEDS:
+            name = families.Job("tags", f"listsje-a{a:g}", s, "").name
+            done[name] = {
+                "slice": {"p1": float(sl), "p5": 0.0},
+                "dev": {"p1": float(dv), "p5": 0.0},
+            }
+    rows = {t: d for t, _, _, d, _ in claims.claim_diffs(done)}
+    alpha = next(d for t, d in rows.items() if t.startswith("alpha in"))
+    assert alpha == [41.0 - 40.0] * 3  # slice picks 0.5 and 0.25; dev's best would be 99 - 95
+
+
 def test_report_names_a_refutation_and_its_explanation(monkeypatch):
     done = dict(
         [_tag_cell("sje2-a0.75", s, 60.0 - s, 72.0) for s in families.SEEDS]
@@ -102,14 +117,18 @@ def test_moe_instability_verdicts_follow_the_declared_rules():
     v = {t: verdict for t, _, _, _, verdict in families.moe_verdicts(done)}
     assert v["MOE's starts depend on its settings"] == "refuted"
     assert v["POE starts where MOE fails to"] == "not testable here"
-    # one setting never starts, another always: confirmed; POE then runs there
+    # no setting ever starts: alike too
+    done = _moe_cells("moe", dict.fromkeys(settings, 0))
+    v = {t: verdict for t, _, _, _, verdict in families.moe_verdicts(done)}
+    assert v["MOE's starts depend on its settings"] == "refuted"
+    # one setting never starts, another always: confirmed
     done = _moe_cells("moe", {**dict.fromkeys(settings, 5), "fc7-abs": 0})
     v = {t: verdict for t, _, _, _, verdict in families.moe_verdicts(done)}
     assert v["MOE's starts depend on its settings"] == "confirmed"
     assert v["POE starts where MOE fails to"] == "not yet run"
-    t2 = claims.table2_view(done)
-    poe = [j.name for j in families.late_jobs(done, t2) if j.family == "poe"]
-    assert poe == [families.Job("poe", "fc7-abs", s, "").name for s in families.MOE_SEEDS]
+    # POE runs at every setting whatever MOE did (scheduling reads no dev figure)
+    poe = {j.name for j in families.late_jobs({}, claims.table2_view({})) if j.family == "poe"}
+    assert poe == {families.Job("poe", k, s, "").name for k in settings for s in families.MOE_SEEDS}
     for n, want in ((5, "confirmed"), (0, "refuted"), (3, "inconclusive")):
         both = {**done, **_moe_cells("poe", {"fc7-abs": n})}
         v = {t: verdict for t, _, _, _, verdict in families.moe_verdicts(both)}
@@ -131,11 +150,18 @@ def test_the_second_backbone_runs_its_chosen_recipe_seeds():
 
 
 def test_runners_share_the_grid_through_cell_locks(tmp_path, monkeypatch):
-    import os
+    import subprocess
+    import sys
 
     monkeypatch.setattr(claims, "RUNS", tmp_path)
     assert claims.claim("t2-x-s0")
-    assert (tmp_path / "t2-x-s0.lock").read_text() == str(os.getpid())
-    assert not claims.claim("t2-x-s0")  # held by a live process (this one)
-    (tmp_path / "t2-y-s0.lock").write_text("999999999")  # a runner that is gone
+    assert not claims.claim("t2-x-s0")  # held (a second descriptor cannot lock it)
+    other = [sys.executable, "-c", "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR); "
+             "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)"]  # fmt: skip
+    assert subprocess.run([*other, str(tmp_path / "t2-x-s0.lock")]).returncode != 0
+    claims.release("t2-x-s0")
+    assert subprocess.run([*other, str(tmp_path / "t2-x-s0.lock")]).returncode == 0
+    # an empty or stale lock file from a runner that died is no obstacle
+    (tmp_path / "t2-y-s0.lock").write_text("")
     assert claims.claim("t2-y-s0")
+    claims.release("t2-y-s0")

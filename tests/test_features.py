@@ -297,12 +297,19 @@ def test_fne_variant_with_the_paper_thresholds_is_the_stored_fne(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "kind", ["fne[t=0.5/-0.5]", "fne[t=1]", "fne[depth=2]", "fne[layers=]", "fne"]
+    ("kind", "says"),
+    [
+        ("fne[t=0.5/-0.5]", r"thresholds need f- <= f\+"),
+        ("fne[t=1]", r"'t=1' is not layers=A\+B or t=F-/F\+"),
+        ("fne[depth=2]", r"'depth=2' is not layers=A\+B or t=F-/F\+"),
+        ("fne[layers=]", r"'layers=' is not layers=A\+B"),
+        ("fne", r"'fne' is not an FNE variant"),
+    ],
 )
-def test_fne_variant_errors_say_what_is_wrong(kind):
+def test_fne_variant_errors_say_what_is_wrong(kind, says):
     from vsekit.lab.features.fne_variant import FNEVariant
 
-    with pytest.raises(ValueError, match="fne"):
+    with pytest.raises(ValueError, match=says):
         FNEVariant.parse(kind)
 
 

@@ -77,7 +77,10 @@ class Integrity:
             gen, n_rows = int(meta["generation"]), int(meta["rows"])
             rows = self.rows_file(gen)
             keep = min(n_rows, rows.rows_on_disk())
-            damaged = ",".join(str(r) for r in self.nonfinite_rows(gen, keep)) or "-1"
+            # the whole file, whatever its size: a repair is asked for, not run at each open
+            emb = emb_path(self.path, gen, self.storage)
+            bad = nonfinite_rows(emb, keep, self.dim, self.storage)
+            damaged = ",".join(str(r) for r in bad) or "-1"
             with w:
                 bad_rows = f"""SELECT row FROM ({ALL_ROWS}) GROUP BY row
                                HAVING COUNT(*) > 1 OR row >= {int(keep)}

@@ -56,8 +56,6 @@ from vsekit.index.schema import (
 )
 from vsekit.index.snapshot import Snapshot, read_snapshot
 
-#: embeddings files up to this size are read through for NaN and infinities at each open
-
 
 class IndexStore(Integrity):
     """Open (or, given ``model_info``, create) the index at ``path``.

@@ -126,11 +126,19 @@ def train_missing(recipe: Recipe, root: str | Path = ".", progress: bool = True)
     todo = [(m.run, m.train) for m in recipe.members if m.run and m.train]
     if recipe.tagger is not None and recipe.tagger.train is not None:
         todo.append((recipe.tagger.run, recipe.tagger.train))
+    for k, m in enumerate(recipe.members):  # refuse before hours of training, not after
+        if m.run and m.train and m.weights_sha256 and not (_path(root, m.run) / DONE).is_file():
+            raise ConfigError(
+                f"members.{k}: {m.run} is missing and pinned to weights sha256 "
+                f"{m.weights_sha256[:12]}...; a retrain gives other weights, so drop the pin "
+                "to train and build a new version"
+            )
     done = []
     for run_name, spec in todo:
         run = _path(root, run_name)
-        if (run / DONE).is_file():
+        if _finished(run, spec):
             continue
+        _check_foreign(run)
         cfg = apply_overrides(load_config(_path(root, spec.config)), spec.set)
         steps = [(run, cfg)]
         if spec.refit:
@@ -141,16 +149,41 @@ def train_missing(recipe: Recipe, root: str | Path = ".", progress: bool = True)
             refit = apply_overrides(cfg, ["data.val_from_train=0", f"train.refit_from={twin}"])
             steps = [(twin, cfg), (run, refit)]
         for step_run, step_cfg in steps:
-            if (step_run / DONE).is_file():
+            if _finished(step_run, spec):
                 continue
-            resume = (step_run / "config.json").is_file()
-            res = train(step_cfg, step_run, resume=resume, progress=progress)
+            _check_foreign(step_run)
+            step_run.mkdir(parents=True, exist_ok=True)
+            (step_run / STARTED).write_text(_stamp(spec))
+            res = train(step_cfg, step_run, resume=(step_run / "config.json").is_file(),
+                        progress=progress)  # fmt: skip
             if res.get("collapsed"):
                 raise ConfigError(f"{step_run}: the run did not start learning; not used")
-            (step_run / DONE).write_text(json.dumps({"config": spec.config, "set": spec.set,
-                                                     "refit": spec.refit}) + "\n")  # fmt: skip
+            (step_run / DONE).write_text(_stamp(spec))
         done.append(run)
     return done
+
+
+STARTED = "recipe-started.json"  # written into a run before train_missing trains it
+
+
+def _check_foreign(run: Path) -> None:
+    if (run / "config.json").is_file() and not (run / STARTED).is_file():
+        raise ConfigError(f"{run}: a run is there that this recipe's --train did not start; "
+                          "move it away, or drop its train section")  # fmt: skip
+
+
+def _stamp(spec: TrainSpec) -> str:
+    return json.dumps(spec.model_dump(), sort_keys=True) + "\n"
+
+
+def _finished(run: Path, spec: TrainSpec) -> bool:
+    """Whether ``run`` was finished by train_missing with this very spec; ConfigError if
+    it was trained with another, or a started run has another spec."""
+    for marker in (DONE, STARTED):
+        f = run / marker
+        if f.is_file() and f.read_text() != _stamp(spec):
+            raise ConfigError(f"{run}: trained by another train section ({f.read_text().strip()})")
+    return (run / DONE).is_file()
 
 
 def weights_sha256(model: VSEModel) -> str:

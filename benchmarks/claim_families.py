@@ -116,42 +116,36 @@ def _t2_sets(t2: Table2, row: str, lr: float, m: float, extra: list[str]) -> tup
 
 def late_jobs(done: dict[str, dict], t2: Table2) -> list[Job]:
     """The families that run after Table 2, in order: FNE variants, the second backbone
-    (its grid at seed 0, then its chosen recipe's seeds), MOE's starts, then POE where
-    MOE failed to start."""
+    (its grid at seed 0, then its chosen recipe's seeds), MOE's starts, then POE at the
+    same settings."""
     out = []
     pick = t2.recipe("fne-sh")
     if pick is not None:
         for v, kind in FNE_VARIANTS.items():
             sets = _t2_sets(t2, "fne-sh", *pick, [f"data.features={kind}"])
             out += [Job("fnevar", v, s, "configs/flickr8k-fne-sh.yaml", sets) for s in SEEDS]
+    lite = [f"data.backbone={LITE0}", f"data.store={LITE0_STORE}", "data.weights=auto"]
     for feat in ("fc7", "fne"):
         row = f"{feat}-sh"
-        lite = [f"data.backbone={LITE0}", f"data.store={LITE0_STORE}", "data.weights=auto"]
-        grid = {(lr, m): Job("lite0", f"{feat}-sh-lr{lr:g}-m{m:g}", 0,
-                             f"configs/flickr8k-{row}.yaml", _t2_sets(t2, row, lr, m, lite))
-                for lr, m in t2.grid}  # fmt: skip
-        out += list(grid.values())
-        if all(j.name in done for j in grid.values()):
-            best = max(grid, key=lambda k: (done[grid[k].name]["slice"]["rsum"],
-                                            -t2.grid.index(k)))  # fmt: skip
-            out += [Job("lite0", grid[best].variant, s, grid[best].config, grid[best].sets)
-                    for s in SEEDS if s]  # fmt: skip
-    for feat in ("fc7", "fne"):
-        for name, (lr, margin, use_abs) in MOE_SETTINGS.items():
-            extra = [f"train.lr={lr:g}", f"loss.margin={margin:g}",
-                     f"model.abs={str(use_abs).lower()}", f"train.epochs={MOE_EPOCHS}"]  # fmt: skip
-            cfg = f"configs/flickr8k-{feat}-moe.yaml"
-            sets = _t2_sets(t2, f"{feat}-moe", lr, 1.0, extra)
-            moe = [Job("moe", f"{feat}-{name}", s, cfg, sets) for s in MOE_SEEDS]
-            out += moe
-    for feat in ("fc7", "fne"):  # POE at every setting (scheduling reads no dev figure)
-        for name, (lr, margin, use_abs) in MOE_SETTINGS.items():
-            curr = [f"train.lr={lr:g}", f"loss.margin={margin:g}",
-                    f"model.abs={str(use_abs).lower()}", f"train.epochs={MOE_EPOCHS}",
-                    f"train.curriculum_sum_epochs={MOE_EPOCHS // 2}"]  # fmt: skip
-            cfg = f"configs/flickr8k-{feat}-poe.yaml"
-            sets = _t2_sets(t2, f"{feat}-poe", lr, 1.0, curr)
-            out += [Job("poe", f"{feat}-{name}", s, cfg, sets) for s in MOE_SEEDS]
+        grid = {f"{row}-lr{lr:g}-m{m:g}": _t2_sets(t2, row, lr, m, lite) for lr, m in t2.grid}
+        config = f"configs/flickr8k-{row}.yaml"
+        out += [Job("lite0", v, 0, config, sets) for v, sets in grid.items()]
+        best = lite0_variant(feat, done, t2.grid)
+        if best is not None:
+            out += [Job("lite0", best, s, config, grid[best]) for s in SEEDS if s]
+    # POE at every setting too (scheduling reads no dev figure), after every MOE run
+    for family, extra in (("moe", []), ("poe", [f"train.curriculum_sum_epochs={MOE_EPOCHS // 2}"])):
+        for feat in ("fc7", "fne"):
+            for name, (lr, margin, use_abs) in MOE_SETTINGS.items():
+                setting = [
+                    f"train.lr={lr:g}",
+                    f"loss.margin={margin:g}",
+                    f"model.abs={str(use_abs).lower()}",
+                    f"train.epochs={MOE_EPOCHS}",
+                ]
+                sets = _t2_sets(t2, f"{feat}-{family}", lr, 1.0, [*setting, *extra])
+                cfg = f"configs/flickr8k-{feat}-{family}.yaml"
+                out += [Job(family, f"{feat}-{name}", s, cfg, sets) for s in MOE_SEEDS]
     return out
 
 
@@ -291,8 +285,7 @@ def chosen_on_slice(family: str, variants: list[str], metric: str):
         cells = [done.get(Job(family, v, seed, "").name) for v in variants]
         if any(c is None for c in cells):
             return None
-        best = max(range(len(cells)), key=lambda i: (cells[i]["slice"][metric], -i))
-        return float(cells[best]["dev"][metric])
+        return float(cells[_slice_best(cells, metric)]["dev"][metric])
 
     return get
 
@@ -330,10 +323,12 @@ def lite0_variant(feat: str, done: dict[str, dict], grid) -> str | None:
     the earlier grid entry), once its grid has run."""
     names = [f"{feat}-sh-lr{lr:g}-m{m:g}" for lr, m in grid]
     cells = [done.get(Job("lite0", v, 0, "").name) for v in names]
-    if any(c is None for c in cells):
-        return None
-    return max(zip(names, cells, strict=True),
-               key=lambda nc: (nc[1]["slice"]["rsum"], -names.index(nc[0])))[0]  # fmt: skip
+    return None if any(c is None for c in cells) else names[_slice_best(cells, "rsum")]
+
+
+def _slice_best(cells: list[dict], metric: str) -> int:
+    """Index of the cell with the best slice ``metric`` (ties to the earlier one)."""
+    return max(range(len(cells)), key=lambda i: (cells[i]["slice"][metric], -i))
 
 
 def lite0_rsum(feat: str, grid) -> Callable[[dict[str, dict], int], float | None]:

@@ -71,6 +71,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -549,24 +550,29 @@ def table2_cell(row: str, done: dict[str, dict], seed: int) -> dict | None:
     return None if pick is None else done.get(Cell(row, *pick, seed).name)
 
 
-def claim_diffs(done: dict[str, dict]) -> list[tuple[str, str, str, list[float], str]]:
-    """``(title, source, compared, paired differences over SEEDS, explanation)`` of every
-    claim, Table 2's and the families'."""
+class ClaimDiffs(NamedTuple):
+    """A claim and its paired differences over SEEDS (``better - worse``)."""
+
+    title: str
+    source: str
+    metric: str  # what is compared
+    diffs: list[float]
+    explain: str  # shown if it does not hold
+    note: str  # a caveat shown whatever the verdict
+
+
+def claim_diffs(done: dict[str, dict]) -> list[ClaimDiffs]:
+    """Every claim, Table 2's and the families', with its paired differences."""
     out = []
     for c in claims():
         a, b = seed_rsums(c.better, done), seed_rsums(c.worse, done)
         diffs = [a[s] - b[s] for s in sorted(set(a) & set(b) & set(SEEDS))]
-        out.append((c.title, c.source, "dev rsum", diffs, c.explain))
-        NOTES[c.title] = c.note
+        out.append(ClaimDiffs(c.title, c.source, "dev rsum", diffs, c.explain, c.note))
     for c in families.family_claims(table2_cell, tuple(GRID)):
         pairs = [(c.better(done, s), c.worse(done, s)) for s in SEEDS]
         diffs = [x - y for x, y in pairs if x is not None and y is not None]
-        out.append((c.title, c.source, c.metric, diffs, c.explain))
-        NOTES[c.title] = c.note
+        out.append(ClaimDiffs(c.title, c.source, c.metric, diffs, c.explain, c.note))
     return out
-
-
-NOTES: dict[str, str] = {}  # claim title -> its caveat (filled by claim_diffs)
 
 
 def _ms(xs: list[float]) -> str:
@@ -797,8 +803,8 @@ def report(done: dict[str, dict]) -> str:
     lines += ["", "## Claims", "",
               "| claim | paper | compared | better - worse (mean ± se) | seeds | verdict |",
               "|---|---|---|---|---|---|"]  # fmt: skip
-    explained = []
-    for title, source, metric, diffs, explain in claim_diffs(done):
+    explained, results = [], claim_diffs(done)
+    for title, source, metric, diffs, explain, _ in results:
         v, m, se = verdict(diffs)
         fig = f"{m:+.1f} ± {se:.1f}" if diffs and not math.isnan(m) else "—"
         lines.append(f"| {title} | {source} | {metric} | {fig} | {len(diffs)} | {v} |")
@@ -807,8 +813,7 @@ def report(done: dict[str, dict]) -> str:
     for title, source, metric, fig, v in families.moe_verdicts(done):
         lines.append(f"| {title} | {source} | {metric} | {fig} | {len(families.MOE_SEEDS)} "
                      f"| {v} |")  # fmt: skip
-    caveats = [f"**{t}.** {NOTES[t]}" for t, _, _, d, _ in claim_diffs(done)
-               if NOTES.get(t) and len(d) >= 3]  # fmt: skip
+    caveats = [f"**{r.title}.** {r.note}" for r in results if r.note and len(r.diffs) >= 3]
     if caveats:
         lines += ["", "### Caveats on verdicts", ""]
         lines += [x for e in caveats for x in (e, "")][:-1]
@@ -845,11 +850,11 @@ def readme_lines(done: dict[str, dict]) -> list[str]:
     verdicts: dict[str, list[str]] = {"confirmed": [], "refuted": [], "inconclusive": [],
                                       "one model: holds": [], "one model: fails": []}  # fmt: skip
     pending_n = 0
-    for title, _, metric, diffs, _ in claim_diffs(done):
+    for title, _, metric, diffs, _, note in claim_diffs(done):
         v, m, se = verdict(diffs)
         if v in verdicts:
             unit = "" if metric == "dev rsum" else f" {metric.removeprefix('dev ')}"
-            see = "; see its caveat" if NOTES.get(title) else ""
+            see = "; see its caveat" if note else ""
             verdicts[v].append(f"{title} ({m:+.1f} ± {se:.1f}{unit}{see})")
         else:
             pending_n += 1

@@ -57,7 +57,7 @@ def test_family_claims_follow_from_the_cells():
         [_tag_cell("sje2-a0.75", s, 70.0 + s, 72.0) for s in families.SEEDS]
         + [_tag_cell("sje1-a0.75", s, 66.0, 71.0 + s) for s in families.SEEDS]
     )
-    rows = {t: d for t, _, _, d, _ in claims.claim_diffs(done)}
+    rows = {r.title: r.diffs for r in claims.claim_diffs(done)}
     assert rows["SJE with Delta(II) beats Delta(I) at p@1"] == [4.0, 5.0, 6.0]
     assert claims.verdict(rows["SJE with Delta(II) beats Delta(I) at p@1"])[0] == "confirmed"
     # ListSJE has no cells: no pairs, no verdict
@@ -68,7 +68,7 @@ def test_family_claims_follow_from_the_cells():
             n, c = _tag_cell(f"listsje-a{a:g}", s, 60.0 + (5 if a in (0.5, 0.75) else 0), 70.0)
             done[n] = c
     del done[families.Job("tags", "listsje-a1", 2, "").name]
-    rows = {t: d for t, _, _, d, _ in claims.claim_diffs(done)}
+    rows = {r.title: r.diffs for r in claims.claim_diffs(done)}
     alpha = next(d for t, d in rows.items() if t.startswith("alpha in"))
     assert alpha == [5.0, 5.0]
 
@@ -82,7 +82,7 @@ def test_the_alpha_claim_lets_the_slice_choose_and_reports_dev():
                 "slice": {"p1": float(sl), "p5": 0.0},
                 "dev": {"p1": float(dv), "p5": 0.0},
             }
-    rows = {t: d for t, _, _, d, _ in claims.claim_diffs(done)}
+    rows = {r.title: r.diffs for r in claims.claim_diffs(done)}
     alpha = next(d for t, d in rows.items() if t.startswith("alpha in"))
     assert alpha == [41.0 - 40.0] * 3  # slice picks 0.5 and 0.25; dev's best would be 99 - 95
 

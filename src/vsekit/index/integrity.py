@@ -79,8 +79,8 @@ class Integrity:
             keep = min(n_rows, rows.rows_on_disk())
             # the whole file, whatever its size: a repair is asked for, not run at each open
             emb = emb_path(self.path, gen, self.storage)
-            bad = nonfinite_rows(emb, keep, self.dim, self.storage)
-            damaged = ",".join(str(r) for r in bad) or "-1"
+            damaged = ",".join(map(str, nonfinite_rows(emb, keep, self.dim, self.storage)))
+            damaged = damaged or "-1"
             with w:
                 bad_rows = f"""SELECT row FROM ({ALL_ROWS}) GROUP BY row
                                HAVING COUNT(*) > 1 OR row >= {int(keep)}

@@ -108,6 +108,7 @@ def load_recipe(path: str | Path) -> Recipe:
 
 
 DONE = "recipe-done.json"  # written into a run that train_missing finished
+STARTED = "recipe-started.json"  # written into a run before train_missing trains it
 
 
 def _path(root: Path, p: str) -> Path:
@@ -161,9 +162,6 @@ def train_missing(recipe: Recipe, root: str | Path = ".", progress: bool = True)
             (step_run / DONE).write_text(_stamp(spec))
         done.append(run)
     return done
-
-
-STARTED = "recipe-started.json"  # written into a run before train_missing trains it
 
 
 def _check_foreign(run: Path) -> None:

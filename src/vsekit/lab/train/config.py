@@ -132,8 +132,6 @@ def load_config(path: str | Path) -> ExperimentConfig:
 
 
 def _fne_variant_ok(kind: str) -> bool:
-    if not kind.startswith("fne["):
-        return False
     from vsekit.lab.features.fne_variant import FNEVariant
 
     try:

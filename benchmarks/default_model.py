@@ -8,7 +8,8 @@ Compares with the dev metrics its training run recorded (on the FeatureStore's f
 features), so the packaging (float16, re-extraction) is checked too.
 
 Run: python benchmarks/default_model.py [--backend torch|onnx] [--model BUNDLE]
-[--precision fp32|int8] (each backend's figures are kept under its name in the JSON).
+[--precision fp32|int8] (each backend's figures are kept under its name in the JSON, a
+bundle given by path under BACKEND:FOLDER).
 """
 
 from __future__ import annotations
@@ -53,13 +54,16 @@ def main() -> None:
     hub = model.hubness
     path = Path(__file__).with_suffix(".json")
     runs = json.loads(path.read_text()).get("backends", {}) if path.is_file() else {}
-    # figures of another model (the default was re-exported since) are dropped
+    # the default's figures of another model (it was re-exported since) are dropped; a
+    # bundle named by path keeps its own key, so versions can be compared in one file
     source = model.info.get("source")
-    runs = {k: v for k, v in runs.items() if v.get("model_source") == source}
+    mine = {k: v for k, v in runs.items() if v.get("bundle", "default") == "default"}
+    runs = {k: v for k, v in runs.items() if k not in mine or v.get("model_source") == source}
     key = args.backend if args.model == "default" else f"{args.backend}:{Path(args.model).name}"
     key += f":{args.precision}" if args.precision else ""
     runs[key] = {
         "command": "python benchmarks/default_model.py " + " ".join(sys.argv[1:]),
+        "bundle": args.model,
         "images": len(paths),
         "image_seconds": round(t_img, 1),
         "metrics": m,
@@ -71,6 +75,7 @@ def main() -> None:
             "caption_bank": len(hub.caption_bank),
         },
         "metrics_without_hubness_reduction": plain,
+        "model_name": model.info.get("name"),
         "model_fingerprint": model.fingerprint,
         "model_source": source,
     }

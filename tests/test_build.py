@@ -83,10 +83,12 @@ def test_cli_build_and_the_shipped_recipe_parses(tmp_path, capsys):
 
 
 def test_rebuilding_the_shipped_default_gives_its_fingerprint(tmp_path):
-    """Needs the member runs (runs/ensemble/*, runs/tags-calibrated) and the 2-crop store,
-    which live on the machine that trained them."""
+    """Needs the member runs and the tagger run (under ~/.cache/vsekit/runs/, made by
+    `vse model build configs/default-model.yaml OUT --train`) and the 2-crop store, which
+    live on the machine that trained them."""
     recipe = load_recipe(ROOT / "configs" / "default-model.yaml")
-    missing = [m.run for m in recipe.members if not (ROOT / m.run).is_dir()]
+    runs = [m.run for m in recipe.members] + [recipe.tagger.run]
+    missing = [r for r in runs if not Path(r).expanduser().is_dir()]
     if missing:
         pytest.skip(f"member runs not on this machine: {', '.join(missing)}")
     out = build(recipe, tmp_path / "default", ROOT)
@@ -155,6 +157,20 @@ train: {{epochs: 3, batch_size: 4, lr: 0.001, collapse_epochs: 0, threads: 1}}
     assert built["a"].fingerprint == built["b"].fingerprint
     shas = [m["weights_sha256"] for m in built["a"].info["source"]["members"]]
     assert shas == [m["weights_sha256"] for m in built["b"].info["source"]["members"]]
+    # a pinned member is trained too and checked as soon as it is done: the right pin
+    # holds, a wrong one stops the build before the next member trains
+    from vsekit.lab.build import train_missing
+
+    member = {"train": {"config": str(tmp_path / "cfg.yaml"), "set": ["train.seed=1"],
+                        "refit": True}}  # fmt: skip
+    ok = {**member, "run": "c/member", "weights_sha256": shas[0]}
+    assert train_missing(load_recipe(write(tmp_path, members=[ok])), tmp_path, False)
+    bad = {**member, "run": "d/member", "weights_sha256": "ab" * 32}
+    after = {**member, "run": "d/next"}
+    with pytest.raises(ConfigError, match=rf"members\.0: d/member has weights sha256 "
+                       rf"{shas[0]}, not the recipe's abab"):  # fmt: skip
+        train_missing(load_recipe(write(tmp_path, members=[bad, after])), tmp_path, False)
+    assert not (tmp_path / "d" / "next").exists()
 
 
 def test_build_without_train_names_the_missing_run(tmp_path):
@@ -178,8 +194,3 @@ def test_build_train_never_overwrites_or_reuses_a_run_it_did_not_make(tmp_path):
     (other / DONE).write_text('{"config": "c.yaml", "refit": false, "set": []}\n')
     with pytest.raises(ConfigError, match=r"member: trained by another train section"):
         train_missing(recipe, tmp_path)
-    # a pinned member is refused before any training
-    pinned = [{"run": "runs/gone", "train": spec, "weights_sha256": "ab" * 32}]
-    with pytest.raises(ConfigError, match=r"members\.0: runs/gone is missing and pinned"):
-        train_missing(load_recipe(write(tmp_path, members=pinned)), tmp_path)
-    assert not (tmp_path / "runs" / "gone").exists()

@@ -124,18 +124,12 @@ def train_missing(recipe: Recipe, root: str | Path = ".", progress: bool = True)
     from vsekit.lab.train.config import apply_overrides
 
     root = Path(root)
-    todo = [(m.run, m.train) for m in recipe.members if m.run and m.train]
+    todo = [(f"members.{k}", m.run, m.train, m.weights_sha256)
+            for k, m in enumerate(recipe.members) if m.run and m.train]  # fmt: skip
     if recipe.tagger is not None and recipe.tagger.train is not None:
-        todo.append((recipe.tagger.run, recipe.tagger.train))
-    for k, m in enumerate(recipe.members):  # refuse before hours of training, not after
-        if m.run and m.train and m.weights_sha256 and not (_path(root, m.run) / DONE).is_file():
-            raise ConfigError(
-                f"members.{k}: {m.run} is missing and pinned to weights sha256 "
-                f"{m.weights_sha256[:12]}...; a retrain gives other weights, so drop the pin "
-                "to train and build a new version"
-            )
+        todo.append(("tagger", recipe.tagger.run, recipe.tagger.train, None))
     done = []
-    for run_name, spec in todo:
+    for where, run_name, spec, pin in todo:
         run = _path(root, run_name)
         if _finished(run, spec):
             continue
@@ -160,8 +154,19 @@ def train_missing(recipe: Recipe, root: str | Path = ".", progress: bool = True)
             if res.get("collapsed"):
                 raise ConfigError(f"{step_run}: the run did not start learning; not used")
             (step_run / DONE).write_text(_stamp(spec))
+        if pin:  # checked now, not after the other members' hours of training
+            _check_pin(where, run_name, weights_sha256(_member_run(run)), pin)
         done.append(run)
     return done
+
+
+def _check_pin(where: str, name: str, sha: str, pin: str) -> None:
+    if sha != pin:
+        raise ConfigError(
+            f"{where}: {name} has weights sha256 {sha}, not the recipe's {pin} (a retrain "
+            "reproduces them only with the same CPU kind, thread count and library "
+            "versions); drop the pin to build a new version"
+        )
 
 
 def _check_foreign(run: Path) -> None:
@@ -193,15 +198,19 @@ def weights_sha256(model: VSEModel) -> str:
 
 
 def _member(m: Member, root: Path) -> VSEModel:
-    from vsekit.lab.train.export import model_from_run
-
     if m.run is not None:
         run = _path(root, m.run)
         if not (run / "config.json").is_file():
             hint = " (vse model build --train trains it)" if m.train else ""
             raise ConfigError(f"{m.run}: no training run there{hint}")
-        return model_from_run(run)
+        return _member_run(run)
     return VSEModel.load(_path(root, m.bundle), device="cpu", expand=False)
+
+
+def _member_run(run: Path) -> VSEModel:
+    from vsekit.lab.train.export import model_from_run
+
+    return model_from_run(run)
 
 
 def build(recipe: Recipe, out: str | Path, root: str | Path = ".") -> Path:
@@ -215,11 +224,8 @@ def build(recipe: Recipe, out: str | Path, root: str | Path = ".") -> Path:
     members = []
     for k, (m, model) in enumerate(zip(recipe.members, models, strict=True)):
         sha = weights_sha256(model)
-        if m.weights_sha256 and sha != m.weights_sha256:
-            raise ConfigError(
-                f"members.{k}: {m.run or m.bundle} has weights sha256 {sha}, not the "
-                f"recipe's {m.weights_sha256}"
-            )
+        if m.weights_sha256:
+            _check_pin(f"members.{k}", str(m.run or m.bundle), sha, m.weights_sha256)
         members.append({"name": m.name or Path(m.run or m.bundle).name, "weights_sha256": sha})
     weights = [m.weight for m in recipe.members]
     model = models[0] if len(models) == 1 else ensemble_from_models(models, weights)

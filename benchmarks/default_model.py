@@ -57,8 +57,9 @@ def main() -> None:
     # the default's figures of another model (it was re-exported since) are dropped; a
     # bundle named by path keeps its own key, so versions can be compared in one file
     source = model.info.get("source")
-    mine = {k: v for k, v in runs.items() if v.get("bundle", "default") == "default"}
-    runs = {k: v for k, v in runs.items() if k not in mine or v.get("model_source") == source}
+    if args.model == "default":
+        mine = {k: v for k, v in runs.items() if v.get("bundle", "default") == "default"}
+        runs = {k: v for k, v in runs.items() if k not in mine or v.get("model_source") == source}
     key = args.backend if args.model == "default" else f"{args.backend}:{Path(args.model).name}"
     key += f":{args.precision}" if args.precision else ""
     runs[key] = {

@@ -9,6 +9,8 @@ machine about 50 minutes). This script then records, from what that left on disk
   the ``recipe-started.json`` / ``recipe-done.json`` markers ``--train`` writes);
 * the 10-crop store's extraction time (its ``progress.json``; the first run trained
   extracted it, so its wall time includes it), and the whole ``--train``'s wall time;
+* the 2-crop store the tagger and the hubness bank read (``--train`` extracts it too when
+  it is missing), and whether each store was there before ``--train`` began;
 * a fresh `build` of the recipe (nothing is trained) against the shipped bundle: the
   fingerprint, and whether the weights, tagger and hubness files are byte-identical.
 
@@ -45,8 +47,20 @@ def _wall(run: Path) -> float | None:
     return round((run / DONE).stat().st_mtime - (run / STARTED).stat().st_mtime, 1)
 
 
-def _when(path: Path) -> str:
+def _when(path: Path) -> str | None:
+    if not path.is_file():
+        return None
     return dt.datetime.fromtimestamp(path.stat().st_mtime, dt.UTC).isoformat(timespec="seconds")
+
+
+def _store(path: Path, first_start: float) -> dict:
+    """A store's extraction time, and whether it was there before ``--train`` began."""
+    progress = json.loads((path / "progress.json").read_text())
+    began = dt.datetime.fromisoformat(progress["runs"][0]["started"]).timestamp()
+    return {"path": str(path), "images": progress["images"],
+            "extract_seconds": round(progress["seconds"], 1),
+            "started": progress["runs"][0]["started"],
+            "before_train": began < first_start}  # fmt: skip
 
 
 def main() -> None:
@@ -69,7 +83,7 @@ def main() -> None:
     done = [r for r in done if (r / DONE).is_file()]
     cfg = json.loads((Path(recipe.members[0].run).expanduser() / "config.json").read_text())
     store = Path(cfg["config"]["data"]["store"]).expanduser()  # the members' 10-crop store
-    progress = json.loads((store / "progress.json").read_text())
+    first = min((r / STARTED).stat().st_mtime for r in done)
     shipped = vsekit.load_model("default", backend="torch")
     with tempfile.TemporaryDirectory() as tmp:
         out = build(recipe, Path(tmp) / "rebuilt", ROOT)
@@ -77,24 +91,15 @@ def main() -> None:
         same = {f: filecmp.cmp(out / f, Path(shipped.path) / f, shallow=False)
                 for f in SHIPPED_FILES}  # fmt: skip
         result = {
-            "command": "python benchmarks/rebuild_default.py " + " ".join(sys.argv[1:]),
-            "trained_with": f"vse model build {Path(args.recipe).name} OUT --train",
+            "command": " ".join(["python benchmarks/rebuild_default.py", *sys.argv[1:]]),
             "recipe": recipe.name,
             "members": runs,
             "tagger": None
             if tagger is None
             else {"run": recipe.tagger.run, "train_seconds": _wall(tagger)},  # fmt: skip
-            "store": {
-                "path": str(store),
-                "images": progress["images"],
-                "extract_seconds": round(progress["seconds"], 1),
-                "started": progress["runs"][0]["started"],
-            },  # fmt: skip
-            "train_wall_seconds": round(
-                max((r / DONE).stat().st_mtime for r in done)
-                - min((r / STARTED).stat().st_mtime for r in done),
-                1,
-            ),
+            "store": _store(store, first),
+            "hubness_store": _store(Path(recipe.hubness.store).expanduser(), first),
+            "train_wall_seconds": round(max((r / DONE).stat().st_mtime for r in done) - first, 1),
             "rebuilt_fingerprint": rebuilt.fingerprint,
             "shipped_fingerprint": shipped.fingerprint,
             "shipped_name": shipped.info.get("name"),

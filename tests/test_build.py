@@ -87,10 +87,10 @@ def test_rebuilding_the_shipped_default_gives_its_fingerprint(tmp_path):
     `vse model build configs/default-model.yaml OUT --train`) and the 2-crop store, which
     live on the machine that trained them."""
     recipe = load_recipe(ROOT / "configs" / "default-model.yaml")
-    runs = [m.run for m in recipe.members] + [recipe.tagger.run]
-    missing = [r for r in runs if not Path(r).expanduser().is_dir()]
+    needs = [m.run for m in recipe.members] + [recipe.tagger.run, recipe.hubness.store]
+    missing = [r for r in needs if not Path(r).expanduser().is_dir()]
     if missing:
-        pytest.skip(f"member runs not on this machine: {', '.join(missing)}")
+        pytest.skip(f"not on this machine: {', '.join(missing)}")
     out = build(recipe, tmp_path / "default", ROOT)
     assert VSEModel.load(out).fingerprint == VSEModel.load("default").fingerprint
 
@@ -171,6 +171,9 @@ train: {{epochs: 3, batch_size: 4, lr: 0.001, collapse_epochs: 0, threads: 1}}
                        rf"{shas[0]}, not the recipe's abab"):  # fmt: skip
         train_missing(load_recipe(write(tmp_path, members=[bad, after])), tmp_path, False)
     assert not (tmp_path / "d" / "next").exists()
+    with pytest.raises(ConfigError, match=r"remove it and its -slice run to retrain"):
+        train_missing(load_recipe(write(tmp_path, members=[bad, after])), tmp_path, False)
+    assert not (tmp_path / "d" / "next").exists()  # a rerun does not skip past it either
 
 
 def test_build_without_train_names_the_missing_run(tmp_path):

@@ -132,6 +132,8 @@ def train_missing(recipe: Recipe, root: str | Path = ".", progress: bool = True)
     for where, run_name, spec, pin in todo:
         run = _path(root, run_name)
         if _finished(run, spec):
+            if pin:  # a finished run with other weights stops the build here, every time
+                _check_pin(where, run_name, weights_sha256(_member_run(run)), pin, True)
             continue
         _check_foreign(run)
         cfg = apply_overrides(load_config(_path(root, spec.config)), spec.set)
@@ -155,18 +157,22 @@ def train_missing(recipe: Recipe, root: str | Path = ".", progress: bool = True)
                 raise ConfigError(f"{step_run}: the run did not start learning; not used")
             (step_run / DONE).write_text(_stamp(spec))
         if pin:  # checked now, not after the other members' hours of training
-            _check_pin(where, run_name, weights_sha256(_member_run(run)), pin)
+            _check_pin(where, run_name, weights_sha256(_member_run(run)), pin, True)
         done.append(run)
     return done
 
 
-def _check_pin(where: str, name: str, sha: str, pin: str) -> None:
-    if sha != pin:
-        raise ConfigError(
-            f"{where}: {name} has weights sha256 {sha}, not the recipe's {pin} (a retrain "
-            "reproduces them only with the same CPU kind, thread count and library "
-            "versions); drop the pin to build a new version"
-        )
+def _check_pin(where: str, name: str, sha: str, pin: str, trained: bool) -> None:
+    """ConfigError unless ``sha`` is the recipe's ``pin``; for a run ``--train`` trains,
+    the message says what makes a retrain drift and the two ways on."""
+    if sha == pin:
+        return
+    hint = ""
+    if trained:
+        hint = (" (a retrain gives the pinned weights only with the same CPU kind, thread "
+                "count and library versions); remove it and its -slice run to retrain, "
+                "or drop the pin to build a new version from it")  # fmt: skip
+    raise ConfigError(f"{where}: {name} has weights sha256 {sha}, not the recipe's {pin}{hint}")
 
 
 def _check_foreign(run: Path) -> None:
@@ -225,7 +231,8 @@ def build(recipe: Recipe, out: str | Path, root: str | Path = ".") -> Path:
     for k, (m, model) in enumerate(zip(recipe.members, models, strict=True)):
         sha = weights_sha256(model)
         if m.weights_sha256:
-            _check_pin(f"members.{k}", str(m.run or m.bundle), sha, m.weights_sha256)
+            _check_pin(f"members.{k}", str(m.run or m.bundle), sha, m.weights_sha256,
+                       m.train is not None)  # fmt: skip
         members.append({"name": m.name or Path(m.run or m.bundle).name, "weights_sha256": sha})
     weights = [m.weight for m in recipe.members]
     model = models[0] if len(models) == 1 else ensemble_from_models(models, weights)

@@ -53,9 +53,13 @@ def record(path: Path, results: dict) -> dict:
     return out
 
 
-def train_run(run: Path, config: str, sets: list[str], root: Path) -> None:
+def train_run(
+    run: Path, config: str, sets: list[str], root: Path, collapsed_ok: bool = False
+) -> None:
     """``vse train config --set ...`` into ``run`` unless ``run/done.json`` says it finished
-    (a killed run resumes); ``done.json`` records the wall time."""
+    (a killed run resumes); ``done.json`` records the wall time. With ``collapsed_ok`` a
+    run that did not start learning (``vse train`` exits 3) is finished too, not an error:
+    where that is an outcome to count (MOE's failed starts)."""
     import subprocess
     import sys
     import time
@@ -66,5 +70,8 @@ def train_run(run: Path, config: str, sets: list[str], root: Path) -> None:
            *[a for s in sets for a in ("--set", s)],
            *(["--resume"] if (run / "config.json").is_file() else [])]  # fmt: skip
     t0 = time.perf_counter()
-    subprocess.run(cmd, cwd=root, check=True)
-    (run / "done.json").write_text(json.dumps({"seconds": time.perf_counter() - t0}) + "\n")
+    rc = subprocess.run(cmd, cwd=root).returncode
+    if rc != 0 and not (collapsed_ok and rc == 3):
+        raise subprocess.CalledProcessError(rc, cmd)
+    done = {"seconds": time.perf_counter() - t0, "collapsed": rc == 3}
+    (run / "done.json").write_text(json.dumps(done) + "\n")

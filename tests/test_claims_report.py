@@ -3,6 +3,7 @@ claims follow from the recorded cells (synthetic cells here; nothing is trained)
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -165,3 +166,28 @@ def test_runners_share_the_grid_through_cell_locks(tmp_path, monkeypatch):
     (tmp_path / "t2-y-s0.lock").write_text("")
     assert claims.claim("t2-y-s0")
     claims.release("t2-y-s0")
+
+
+@pytest.mark.parametrize(
+    ("rc", "ok", "finished"),
+    [(0, False, True), (3, True, True), (3, False, False), (1, True, False)],
+)
+def test_a_run_that_did_not_start_is_a_finished_cell_only_where_asked(
+    tmp_path, monkeypatch, rc, ok, finished
+):
+    """`vse train` exits 3 for a run that did not start learning: for the claims grid that
+    is an outcome (MOE's failed starts), recorded, not an error that blocks the cell."""
+    import subprocess
+
+    import _common
+
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, rc))
+    run = tmp_path / "run"
+    run.mkdir()
+    if finished:
+        _common.train_run(run, "c.yaml", [], tmp_path, collapsed_ok=ok)
+        assert json.loads((run / "done.json").read_text())["collapsed"] == (rc == 3)
+    else:
+        with pytest.raises(subprocess.CalledProcessError):
+            _common.train_run(run, "c.yaml", [], tmp_path, collapsed_ok=ok)
+        assert not (run / "done.json").exists()

@@ -134,7 +134,10 @@ def late_jobs(done: dict[str, dict], t2: Table2) -> list[Job]:
         if best is not None:
             out += [Job("lite0", best, s, config, grid[best]) for s in SEEDS if s]
     # POE at every setting too (scheduling reads no dev figure), after every MOE run
-    for family, extra in (("moe", []), ("poe", [f"train.curriculum_sum_epochs={MOE_EPOCHS // 2}"])):
+    # POE: L_S for half the epochs, then L_M at the same learning rate (its Table 2 config
+    # drops L_M's to 1e-4, the paper's Table 1; here the settings must be MOE's own)
+    poe = [f"train.curriculum_sum_epochs={MOE_EPOCHS // 2}", "train.lr_max_phase=null"]
+    for family, extra in (("moe", []), ("poe", poe)):
         for feat in ("fc7", "fne"):
             for name, (lr, margin, use_abs) in MOE_SETTINGS.items():
                 setting = [
@@ -151,7 +154,12 @@ def late_jobs(done: dict[str, dict], t2: Table2) -> list[Job]:
 
 def started(cell: dict) -> bool:
     """Whether a run left the start: dev rsum at its selected epoch of at least
-    ``STARTED`` (the paper's criterion, on our 1,000 dev images)."""
+    ``STARTED`` (the paper's criterion, on our 1,000 dev images). A POE run of the
+    instability family is judged on the model it ends with (``dev_last``: its last epoch,
+    trained with L_M), so an L_M phase that collapses counts as a failure even though its
+    L_S epochs started."""
+    if cell.get("family") == "poe":
+        return cell.get("phases", {}).get("max", 0) > 0 and cell["dev_last"]["rsum"] >= STARTED
     return cell["dev"]["rsum"] >= STARTED
 
 
@@ -178,7 +186,8 @@ def main_metric(cell: dict) -> str:
 
 def score(job: Job, run: Path) -> dict:
     """``{"slice": {...}, "dev": {...}}``: the run's best checkpoint (chosen on the slice)
-    scored on the slice and on dev."""
+    scored on the slice and on dev; for POE's instability runs also ``dev_last``, the last
+    checkpoint (an L_M epoch) on dev (see :func:`started`)."""
     import json
 
     from vsekit.lab.data import Vocabulary
@@ -196,6 +205,10 @@ def score(job: Job, run: Path) -> dict:
             if job.family == "tags"
             else _score_retrieval(model, c, vocab, job.family == "reg", lengths=split == "dev")
         )
+    if job.family == "poe":
+        last, _ = load_run(run, "last")
+        dev = apply_overrides(cfg, ["data.val_from_train=0"])
+        out["dev_last"] = _score_retrieval(last, dev, vocab, False, lengths=False)
     return out
 
 

@@ -100,13 +100,35 @@ def test_report_names_a_refutation_and_its_explanation(monkeypatch):
 
 
 def _moe_cells(family: str, starts: dict[str, int]) -> dict[str, dict]:
-    """Recorded MOE/POE cells: ``starts[setting]`` of the five seeds reach dev rsum 50."""
+    """Recorded MOE/POE cells: ``starts[setting]`` of the five seeds reach dev rsum 50 (a
+    POE run's L_S epochs always start; what differs is the model its L_M phase ends with)."""
     out = {}
     for setting, n in starts.items():
         for s in families.MOE_SEEDS:
             name = families.Job(family, setting, s, "").name
-            out[name] = {"cell": name, "family": family, "dev": {"rsum": 50.0 if s < n else 4.0}}
+            rsum = 50.0 if s < n else 4.0
+            out[name] = {"cell": name, "family": family, "dev": {"rsum": rsum}}
+            if family == "poe":
+                out[name] |= {"dev": {"rsum": 50.0}, "dev_last": {"rsum": rsum},
+                              "phases": {"sum": 2, "max": 2}}  # fmt: skip
     return out
+
+
+def test_a_poe_run_starts_only_if_the_model_its_max_loss_phase_ends_with_did():
+    cell = {"family": "poe", "dev": {"rsum": 120.0}, "dev_last": {"rsum": 5.0},
+            "phases": {"sum": 2, "max": 2}}  # fmt: skip
+    assert not families.started(cell)  # L_S started, then L_M collapsed
+    assert families.started(cell | {"dev_last": {"rsum": 80.0}})
+    assert not families.started(cell | {"dev_last": {"rsum": 80.0}, "phases": {"sum": 4}})
+    # MOE and Table 2 cells are judged at the epoch the slice chose
+    assert families.started({"family": "moe", "dev": {"rsum": 12.0}})
+    assert not families.started({"row": "fne-moe", "dev": {"rsum": 8.0}})
+    # POE keeps L_M at the setting's own learning rate, not its Table 2 config's 1e-4
+    late = families.late_jobs({}, claims.table2_view({}))
+    poe = [j for j in late if j.family == "poe"]
+    moe = [j for j in late if j.family == "moe"]
+    assert poe and all("train.lr_max_phase=null" in j.overrides() for j in poe)
+    assert moe and all("train.lr_max_phase=null" not in j.overrides() for j in moe)
 
 
 def test_moe_instability_verdicts_follow_the_declared_rules():

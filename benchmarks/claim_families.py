@@ -273,6 +273,7 @@ class FamilyClaim:
     worse: Callable[[dict[str, dict], int], float | None]
     explain: str = ""  # what we think explains it, if it does not hold here
     note: str = ""  # a caveat shown whatever the verdict
+    paper: str = "—"  # the paper's own difference, in its metric
 
 
 def dev(family: str, variant: str, *path: str) -> Callable[[dict[str, dict], int], float | None]:
@@ -323,10 +324,18 @@ NOTE_W2V = (
     "margin here says more about that stand-in than about the input layer."
 )
 
+EXPLAIN_ALPHA = (
+    "The paper's optimum is one COCO run per alpha (VGG-19, word2vec, COCO 2014 train), "
+    "and it says alpha = 0.75 is best at p@1 for every loss; we swept alpha for ListSJE "
+    "only. Alpha sets the relevance ranking (eq. 9) each image's tags are trained and "
+    "scored on, so each alpha is a slightly different task; on Flickr8k's captions the "
+    "optimum sits lower than the paper's, and we have not looked for why."
+)
+
 EXPLAIN_DELTA = (
     "The paper's margin for Delta(II) over Delta(I) is under a point of p@1 at alpha 0.75 "
     "(COCO, single runs). Here the two structured terms train to rankers whose p@1 differs by "
-    "less than their spread over seeds (the tag table), on 6,000 images with about seven noun "
+    "less than their spread over seeds (the tag table), on 5,500 images with about seven noun "
     "tags each; we do not see an effect of the size the paper reports."
 )
 
@@ -399,11 +408,36 @@ def moe_verdicts(done: dict[str, dict]) -> list[tuple[str, str, str, str, str]]:
     return out
 
 
-def family_claims(table2_cell: Callable[[str, dict[str, dict], int], dict | None], grid=()) -> list:
+def family_claims(
+    table2_cell: Callable[[str, dict[str, dict], int], dict | None],
+    grid=(),
+    paper_rsum: dict[str, float] | None = None,
+) -> list:
     """The families' claims; ``table2_cell(row, done, seed)`` finds a Table 2 (or
     regression-report encoder) cell at its row's chosen recipe; ``grid``: Table 2's
-    (learning rate, margin scale) grid, which the second backbone's rows share."""
+    (learning rate, margin scale) grid, which the second backbone's rows share;
+    ``paper_rsum``: Table 2's rsum by row, for the paper's own differences."""
+    from tags_flickr8k import PAPER as TAG_PAPER
+    from w2vv_flickr8k import PAPER_I2T, PAPER_REG
+
     short, long_ = f"<={LENGTH_EDGES[0]}", f">={LENGTH_EDGES[-1] + 1}"
+    t2 = paper_rsum or {}
+    fne_paper = f"{t2['fne-sh'] - t2['fc7-sh']:+.1f}" if t2 else "—"
+    names = {"sje1": "SJE D(I)", "sje2": "SJE D(II)", "listsje": "ListSJE K=5"}
+
+    def tag_paper(better: str | list[str], worse: str | list[str], k: int) -> str:
+        """The tag paper's p@k difference (nouns) between two ``loss-aALPHA`` variants, or
+        between the best of two lists of them."""
+
+        def fig(v: str) -> float:
+            loss, a = v.rsplit("-a", 1)  # TAG_PAPER: (p@1 by alpha, p@5 by alpha)
+            by_alpha = TAG_PAPER[(names[loss], "nouns")][0 if k == 1 else 1]
+            return by_alpha[TAG_ALPHAS.index(float(a))]
+
+        b, w = ([x] if isinstance(x, str) else x for x in (better, worse))
+        return f"{max(map(fig, b)) - max(map(fig, w)):+.1f}"
+
+    w2v = {k: v[0] for k, v in PAPER_I2T.items()}
 
     def row_rsum(row: str):
         def get(done: dict[str, dict], seed: int) -> float | None:
@@ -414,7 +448,8 @@ def family_claims(table2_cell: Callable[[str, dict[str, dict], int], dict | None
 
     fne_vs = [
         FamilyClaim(f"FNE beats the one-layer embedding (SH, thresholds {lo}/{hi})",
-                    "000, 001", "dev rsum", dev("fnevar", v, "rsum"), row_rsum("fc7-sh"))
+                    "000, 001", "dev rsum", dev("fnevar", v, "rsum"), row_rsum("fc7-sh"),
+                    paper=fne_paper)
         for v, (lo, hi) in (("t0.5", ("-0.5", "0.5")), ("t0", ("0", "0")))
     ] + [
         FamilyClaim(f"The FNE's lower blocks add to it: every block beats {label} (SH)",
@@ -423,7 +458,8 @@ def family_claims(table2_cell: Callable[[str, dict[str, dict], int], dict | None
                          ("layer234", "layer2 to layer4"))
     ] + [
         FamilyClaim("FNE beats the one-layer embedding (SH, EfficientNet-Lite0)", "000, 001",
-                    "dev rsum", lite0_rsum("fne", grid), lite0_rsum("fc7", grid)),
+                    "dev rsum", lite0_rsum("fne", grid), lite0_rsum("fc7", grid),
+                    paper=fne_paper),
     ]  # fmt: skip
 
     def lengths(row: str, label: str):
@@ -435,25 +471,43 @@ def family_claims(table2_cell: Callable[[str, dict[str, dict], int], dict | None
     ends = chosen_on_slice("tags", [f"listsje-a{a:g}" for a in (0.0, 0.25, 1.0)], "p1")
     return [
         FamilyClaim("SJE with Delta(II) beats Delta(I) at p@1", "003 Tables 2-4", "dev p@1",
-                    p1["sje2-a0.75"], p1["sje1-a0.75"], EXPLAIN_DELTA),
+                    p1["sje2-a0.75"], p1["sje1-a0.75"], EXPLAIN_DELTA,
+                    paper=tag_paper("sje2-a0.75", "sje1-a0.75", 1)),
         FamilyClaim("ListSJE beats SJE Delta(II) at p@5", "003 Tables 2-4", "dev p@5",
-                    p5["listsje-a0.75"], p5["sje2-a0.75"]),
+                    p5["listsje-a0.75"], p5["sje2-a0.75"],
+                    paper=tag_paper("listsje-a0.75", "sje2-a0.75", 5)),
         FamilyClaim("ListSJE beats SJE Delta(I) at p@5", "003 Tables 2-4", "dev p@5",
-                    p5["listsje-a0.75"], p5["sje1-a0.75"]),
+                    p5["listsje-a0.75"], p5["sje1-a0.75"],
+                    paper=tag_paper("listsje-a0.75", "sje1-a0.75", 5)),
         FamilyClaim("alpha in {0.5, 0.75} beats alpha in {0, 0.25, 1} at p@1 (ListSJE; each "
-                    "set's alpha chosen on the slice)", "003 Tables 2-4", "dev p@1", mid, ends),
+                    "set's alpha chosen on the slice)", "003 Tables 2-4", "dev p@1", mid, ends,
+                    paper=tag_paper(["listsje-a0.5", "listsje-a0.75"],
+                                    ["listsje-a0", "listsje-a0.25", "listsje-a1"], 1)),
+        # 003 section 4: "when considering p@1, ... alpha = 0.75 ... perform best for all
+        # loss functions"; "for p@5, setting alpha = 0 gives the best results"
+        FamilyClaim("alpha = 0.75 beats alpha = 0.5 at p@1 (ListSJE)", "003 section 4",
+                    "dev p@1", dev("tags", "listsje-a0.75", "p1"),
+                    dev("tags", "listsje-a0.5", "p1"), EXPLAIN_ALPHA,
+                    paper=tag_paper("listsje-a0.75", "listsje-a0.5", 1)),
+        FamilyClaim("alpha = 0 beats alpha = 0.75 at p@5 (ListSJE)", "003 section 4",
+                    "dev p@5", dev("tags", "listsje-a0", "p5"),
+                    dev("tags", "listsje-a0.75", "p5"), EXPLAIN_ALPHA,
+                    paper=tag_paper("listsje-a0", "listsje-a0.75", 5)),
         FamilyClaim("Bag-of-words input beats word2vec (mean GloVe) input", "004 Table 3",
                     "dev rsum", dev("w2vv", "bow-pool5", "rsum"),
-                    dev("w2vv", "glove-pool5", "rsum"), note=NOTE_W2V),
+                    dev("w2vv", "glove-pool5", "rsum"), note=NOTE_W2V,
+                    paper=f"{w2v['bow'] - w2v['glove']:+.1f} i2t R@1"),
         FamilyClaim("Letter-trigram input beats word2vec (mean GloVe) input", "004 Table 3",
                     "dev rsum", dev("w2vv", "trigram-pool5", "rsum"),
-                    dev("w2vv", "glove-pool5", "rsum"), note=NOTE_W2V),
+                    dev("w2vv", "glove-pool5", "rsum"), note=NOTE_W2V,
+                    paper=f"{w2v['trigram'] - w2v['glove']:+.1f} i2t R@1"),
         FamilyClaim("FNE targets beat pool5 targets (bag-of-words input, equal epochs)",
                     "000 + 004", "dev rsum", dev("w2vv", "bow-fne", "rsum"),
                     dev("w2vv", "bow-pool5", "rsum")),
         FamilyClaim("Baseline + weight beats the baseline", "002 Table 1", "dev t2i R@1",
                     dev("reg", "ridge-glove", "weighted", "t2i_r1"),
-                    dev("reg", "ridge-glove", "t2i_r1")),
+                    dev("reg", "ridge-glove", "t2i_r1"),
+                    paper=f"{PAPER_REG['weight'][0] - PAPER_REG['plain'][0]:+.1f} t2i R@1"),
         FamilyClaim(f"Long captions ({long_} words) retrieve better than short ({short}), "
                     "GRU + GloVe", "002 Figure 3", "dev t2i R@10",
                     lengths("fc7-soe", long_), lengths("fc7-soe", short)),

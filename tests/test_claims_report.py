@@ -213,3 +213,25 @@ def test_a_run_that_did_not_start_is_a_finished_cell_only_where_asked(
         with pytest.raises(subprocess.CalledProcessError):
             _common.train_run(run, "c.yaml", [], tmp_path, collapsed_ok=ok)
         assert not (run / "done.json").exists()
+
+
+def test_claims_show_the_papers_difference_and_the_stricter_t_test():
+    assert claims.paper_difference("fc7-mh", "fc7-sh") == "+5.9"  # 253.1 - 247.2
+    assert claims.paper_difference("fne-soe", "fne-sh") == "-0.7"
+    assert claims.paper_difference("fc7-soe", "reg-lstm-glove") == "+1.6 t2i R@1"
+    # paired differences 1, 2, 3: t = 3.46 passes 2 SE but not the 95% t-test at 2 df
+    done = dict(
+        [_tag_cell("sje2-a0.75", s, 66.0 + s + 1, 72.0) for s in families.SEEDS]
+        + [_tag_cell("sje1-a0.75", s, 66.0, 71.0) for s in families.SEEDS]
+    )
+    text = claims.report(done)
+    line = next(x for x in text.splitlines() if x.startswith("| SJE with Delta(II)"))
+    assert "| +0.7 |" in line and "+2.0 ± 0.6, t +3.5" in line and line.endswith("| confirmed |")
+    lenient = next(x for x in text.splitlines() if x.startswith("Verdicts the declared 2-SE"))
+    assert "SJE with Delta(II) beats Delta(I) at p@1 (confirmed, t +3.5)" in lenient
+    # a wide margin is not listed
+    done = dict(
+        [_tag_cell("sje2-a0.75", s, 76.0 + s, 72.0) for s in families.SEEDS]
+        + [_tag_cell("sje1-a0.75", s, 66.0, 71.0) for s in families.SEEDS]
+    )
+    assert "Verdicts the declared 2-SE" not in claims.report(done)

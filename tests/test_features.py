@@ -294,13 +294,17 @@ def test_fne_variant_with_the_paper_thresholds_is_the_stored_fne(tmp_path):
     z = store.fne_stats().standardise(np.asarray(store.pooled))
     np.testing.assert_array_equal(wide, (z > 1).astype(np.int8) - (z < -1).astype(np.int8))
     assert (wide == 0).mean() > (np.asarray(store.fne) == 0).mean()
+    # t=none: the standardised columns themselves, float32 (steps 1-2 without step 3)
+    raw = image_features(store, f"fne[layers={name};t=none]", ids)
+    assert raw.dtype == np.float32
+    np.testing.assert_allclose(raw, z[:, sl], rtol=1e-6)
 
 
 @pytest.mark.parametrize(
     ("kind", "says"),
     [
         ("fne[t=0.5/-0.5]", r"thresholds need f- <= f\+"),
-        ("fne[t=1]", r"'t=1' is not layers=A\+B or t=F-/F\+"),
+        ("fne[t=1]", r"'t=1' is not layers=A\+B or t=F-/F\+ or t=none"),
         ("fne[depth=2]", r"'depth=2' is not layers=A\+B or t=F-/F\+"),
         ("fne[layers=]", r"'layers=' is not layers=A\+B"),
         ("fne", r"'fne' is not an FNE variant"),

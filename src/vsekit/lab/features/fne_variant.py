@@ -21,30 +21,34 @@ class FNEVariant:
 
     ``layers`` keeps the blocks whose names start with one of the ``+``-separated
     prefixes (``layer3`` keeps ``layer3.0`` .. ``layer3.5``); ``t`` gives the ternarisation
-    thresholds ``f-/f+`` in place of (-0.25, 0.15). Computed from the store's pooled
-    activations and its train-split statistics (the FNE paper's steps 1-2 on a subset)."""
+    thresholds ``f-/f+`` in place of (-0.25, 0.15), or ``t=none`` keeps the standardised
+    activations as float32 (steps 1-2 without step 3, to see what ternarising costs).
+    Computed from the store's pooled activations and its train-split statistics."""
 
     layers: tuple[str, ...] = ()  # empty: every block
     f_minus: float = F_MINUS
     f_plus: float = F_PLUS
+    ternarise: bool = True  # False: standardised float32 columns (``t=none``)
 
     @classmethod
     def parse(cls, kind: str) -> FNEVariant:
         """The variant a ``fne[...]`` kind names; ValueError saying what is wrong."""
         if not (kind.startswith("fne[") and kind.endswith("]")):
-            raise ValueError(f"{kind!r} is not an FNE variant (fne[layers=A+B;t=F-/F+])")
+            raise ValueError(f"{kind!r} is not an FNE variant (fne[layers=A+B;t=F-/F+|none])")
         out: dict = {}
         for part in filter(None, kind[4:-1].split(";")):
             key, _, val = part.partition("=")
             if key == "layers" and val:
                 out["layers"] = tuple(val.split("+"))
+            elif key == "t" and val == "none":
+                out["ternarise"] = False
             elif key == "t" and val.count("/") == 1:
                 lo, hi = (float(x) for x in val.split("/"))
                 if lo > hi:
                     raise ValueError(f"{kind!r}: thresholds need f- <= f+")
                 out["f_minus"], out["f_plus"] = lo, hi
             else:
-                raise ValueError(f"{kind!r}: {part!r} is not layers=A+B or t=F-/F+")
+                raise ValueError(f"{kind!r}: {part!r} is not layers=A+B or t=F-/F+ or t=none")
         return cls(**out)
 
     def columns(self, store: FeatureStore) -> np.ndarray:
@@ -60,5 +64,7 @@ class FNEVariant:
         cols = self.columns(store)
         st = store.fne_stats()
         stats = FNEStats(st.mean[cols], st.std[cols], st.n)
+        if not self.ternarise:
+            return stats.standardise(np.asarray(store.pooled[rows])[:, cols]).astype(np.float32)
         return full_network_embedding(np.asarray(store.pooled[rows])[:, cols], stats,
                                       self.f_minus, self.f_plus)  # fmt: skip

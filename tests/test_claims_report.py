@@ -100,17 +100,17 @@ def test_report_names_a_refutation_and_its_explanation(monkeypatch):
 
 
 def _moe_cells(family: str, starts: dict[str, int]) -> dict[str, dict]:
-    """Recorded MOE/POE cells: ``starts[setting]`` of the five seeds reach dev rsum 50 (a
-    POE run's L_S epochs always start; what differs is the model its L_M phase ends with)."""
+    """Recorded MOE/POE cells: ``starts[setting]`` of the five seeds end at dev rsum 50, the
+    others at 4 (every run's best epoch reached 50: what counts is the model it ends with)."""
     out = {}
     for setting, n in starts.items():
         for s in families.MOE_SEEDS:
             name = families.Job(family, setting, s, "").name
             rsum = 50.0 if s < n else 4.0
-            out[name] = {"cell": name, "family": family, "dev": {"rsum": rsum}}
+            out[name] = {"cell": name, "family": family, "dev": {"rsum": 50.0},
+                         "dev_last": {"rsum": rsum}}  # fmt: skip
             if family == "poe":
-                out[name] |= {"dev": {"rsum": 50.0}, "dev_last": {"rsum": rsum},
-                              "phases": {"sum": 2, "max": 2}}  # fmt: skip
+                out[name]["phases"] = {"sum": 2, "max": 2}
     return out
 
 
@@ -120,9 +120,12 @@ def test_a_poe_run_starts_only_if_the_model_its_max_loss_phase_ends_with_did():
     assert not families.started(cell)  # L_S started, then L_M collapsed
     assert families.started(cell | {"dev_last": {"rsum": 80.0}})
     assert not families.started(cell | {"dev_last": {"rsum": 80.0}, "phases": {"sum": 4}})
-    # MOE and Table 2 cells are judged at the epoch the slice chose
-    assert families.started({"family": "moe", "dev": {"rsum": 12.0}})
+    # MOE's instability runs alike, on their last epoch; Table 2 cells at the slice's epoch
+    moe = {"family": "moe", "dev": {"rsum": 120.0}, "dev_last": {"rsum": 5.0}}
+    assert not families.started(moe)
+    assert families.started(moe | {"dev_last": {"rsum": 12.0}})
     assert not families.started({"row": "fne-moe", "dev": {"rsum": 8.0}})
+    assert families.started({"row": "fc7-moe", "dev": {"rsum": 12.0}})
     # POE keeps L_M at the setting's own learning rate, not its Table 2 config's 1e-4
     late = families.late_jobs({}, claims.table2_view({}))
     poe = [j for j in late if j.family == "poe"]

@@ -307,6 +307,7 @@ def test_fne_variant_with_the_paper_thresholds_is_the_stored_fne(tmp_path):
         ("fne[t=1]", r"'t=1' is not layers=A\+B or t=F-/F\+ or t=none"),
         ("fne[depth=2]", r"'depth=2' is not layers=A\+B or t=F-/F\+"),
         ("fne[layers=]", r"'layers=' is not layers=A\+B"),
+        ("fne[t=none;t=-0.5/0.5]", r"t=none keeps no thresholds"),
         ("fne", r"'fne' is not an FNE variant"),
     ],
 )

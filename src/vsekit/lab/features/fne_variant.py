@@ -49,6 +49,8 @@ class FNEVariant:
                 out["f_minus"], out["f_plus"] = lo, hi
             else:
                 raise ValueError(f"{kind!r}: {part!r} is not layers=A+B or t=F-/F+ or t=none")
+        if not out.get("ternarise", True) and "f_minus" in out:
+            raise ValueError(f"{kind!r}: t=none keeps no thresholds; give t=none or t=F-/F+")
         return cls(**out)
 
     def columns(self, store: FeatureStore) -> np.ndarray:

@@ -486,6 +486,9 @@ EXPLAIN = {
 }
 
 
+# the instability claims' explanations, by title, once their cells are in
+EXPLAIN_MOE: dict[str, str] = {}
+
 EXPLAIN_BIGRU = (
     "The report explores stacked bidirectional RNNs but gives no figure for them; it names "
     "the single GRU its best. Here two bidirectional layers read each caption both ways at "
@@ -903,6 +906,8 @@ def report(done: dict[str, dict]) -> str:
         runs = sum(c.get("family") == fam for c in done.values())  # of 5 seeds x 6 settings
         lines.append(f"| {title} | {source} | {paper} | {metric} | {fig} | "
                      f"{runs} runs | {v} |")  # fmt: skip
+        if v in ("refuted", "inconclusive"):
+            explained.append(f"**{title}: {v}.** {EXPLAIN_MOE.get(title, 'Not yet examined.')}")
     if lenient:
         n = len(SEEDS)
         lines += [

@@ -147,6 +147,7 @@ def test_moe_instability_verdicts_follow_the_declared_rules():
     done = _moe_cells("moe", dict.fromkeys(settings, 0))
     v = {t: verdict for t, _, _, _, verdict in families.moe_verdicts(done)}
     assert v["MOE's starts depend on its settings"] == "refuted"
+    assert "**MOE's starts depend on its settings: refuted.**" in claims.report(done)
     # one setting never starts, another always: confirmed
     done = _moe_cells("moe", {**dict.fromkeys(settings, 5), "fc7-abs": 0})
     v = {t: verdict for t, _, _, _, verdict in families.moe_verdicts(done)}

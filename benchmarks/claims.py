@@ -805,7 +805,8 @@ def family_tables(done: dict[str, dict]) -> list[str]:
                   "|---|---|---|---|---|---|"]  # fmt: skip
         for n, c in fam.items():
             k = families.main_metric(c)
-            lines.append(f"| {n} | {k} {c['slice'][k]:.1f} | {k} {c['dev'][k]:.1f} | "
+            last = f" (last epoch {c['dev_last'][k]:.1f})" if "dev_last" in c else ""
+            lines.append(f"| {n} | {k} {c['slice'][k]:.1f} | {k} {c['dev'][k]:.1f}{last} | "
                          f"{c['best_epoch']} | {c['train_seconds'] / 60:.1f} min | "
                          f"{c['git_commit'][:7]} |")  # fmt: skip
     return lines

@@ -107,8 +107,10 @@ def _moe_cells(family: str, starts: dict[str, int]) -> dict[str, dict]:
         for s in families.MOE_SEEDS:
             name = families.Job(family, setting, s, "").name
             rsum = 50.0 if s < n else 4.0
-            out[name] = {"cell": name, "family": family, "dev": {"rsum": 50.0},
-                         "dev_last": {"rsum": rsum}}  # fmt: skip
+            out[name] = {"cell": name, "family": family, "variant": setting, "seed": s,
+                         "slice": {"rsum": 60.0}, "dev": {"rsum": 50.0},
+                         "dev_last": {"rsum": rsum}, "best_epoch": 1, "train_seconds": 60.0,
+                         "git_commit": "0" * 40}  # fmt: skip
             if family == "poe":
                 out[name]["phases"] = {"sum": 2, "max": 2}
     return out

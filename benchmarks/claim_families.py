@@ -212,10 +212,9 @@ def score(job: Job, run: Path) -> dict:
             if job.family == "tags"
             else _score_retrieval(model, c, vocab, job.family == "reg", lengths=split == "dev")
         )
-    if job.family in ("moe", "poe"):
+    if job.family in ("moe", "poe"):  # c is the dev config, from the loop's last pass
         last, _ = load_run(run, "last")
-        dev = apply_overrides(cfg, ["data.val_from_train=0"])
-        out["dev_last"] = _score_retrieval(last, dev, vocab, False, lengths=False)
+        out["dev_last"] = _score_retrieval(last, c, vocab, False, lengths=False)
     return out
 
 

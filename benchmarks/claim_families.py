@@ -218,6 +218,51 @@ def score(job: Job, run: Path) -> dict:
     return out
 
 
+def order_stats(run: Path) -> dict:
+    """How near an instability run's last model is to the order loss's flat state.
+
+    With ``E(i, t) = sum_d max(0, t_d - i_d)^2`` (the order violation, after ``abs``
+    where the model takes it), every hinge of L_M is ``margin + E(pos) - E(neg)``, so a
+    model under which no pair violates the order has loss ``2 * batch * margin`` per
+    batch and zero gradient (``max(0, x)^2`` is flat at 0). On dev (1,000 images x
+    5,000 captions): the share of pairs with ``E < 1e-6``, of image coordinates that are
+    non-negative and of caption coordinates that are non-positive; and each epoch's mean
+    training loss per batch over ``2 * batch * margin`` (from the run's metrics.jsonl;
+    1 when every hinge sits at the margin, meaningful for L_M epochs only)."""
+    import json
+
+    from vsekit.lab.data import Vocabulary
+    from vsekit.lab.eval.model_eval import encode_all
+    from vsekit.lab.train.config import apply_overrides, config_from_json
+    from vsekit.lab.train.trainer import load_run, load_train_data
+
+    model, meta = load_run(run, "last")
+    cfg = apply_overrides(config_from_json(json.dumps(meta["config"])), ["data.val_from_train=0"])
+    data = load_train_data(cfg, vocab=Vocabulary.load(run / "vocab.json"), progress=False)
+    img, txt = (x.float() for x in encode_all(model, data.dev_feats, data.dev_texts))
+    if cfg.model.abs:
+        img, txt = img.abs(), txt.abs()
+    zero = sum(
+        int(((txt[None] - img[a : a + 50, None]).clamp(min=0).square().sum(-1) < 1e-6).sum())
+        for a in range(0, len(img), 50)
+    )  # chunks of 50 images: [50, 5000, D]
+    per_epoch = {}
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        if line.strip():  # a resumed run repeats an epoch: the last record is the run's
+            r = json.loads(line)
+            per_epoch[r["epoch"]] = r
+    at_margin = 2 * cfg.train.batch_size * cfg.loss.margin
+    return {
+        "zero_violation_pairs": round(zero / (len(img) * len(txt)), 4),
+        "image_coords_nonneg": round(float((img >= 0).float().mean()), 4),
+        "caption_coords_nonpos": round(float((txt <= 0).float().mean()), 4),
+        "loss_over_margin_total": [
+            {"epoch": e, "phase": r["phase"], "ratio": round(r["loss"] / at_margin, 4)}
+            for e, r in sorted(per_epoch.items())
+        ],
+    }
+
+
 def _score_tags(model, cfg) -> dict:
     from vsekit.lab.train.tags import load_tag_data
 

@@ -241,3 +241,39 @@ def test_claims_show_the_papers_difference_and_the_stricter_t_test():
         + [_tag_cell("sje1-a0.75", s, 66.0, 71.0) for s in families.SEEDS]
     )
     assert "Verdicts the declared 2-SE" not in claims.report(done)
+
+
+def test_the_moe_caveat_names_the_flat_state_from_the_recorded_order_stats():
+    settings = [f"{f}-{n}" for f in ("fc7", "fne") for n in families.MOE_SETTINGS]
+    starts = {**dict.fromkeys(settings, 5), "fc7-bl": 0, "fne-bl": 0}
+    done = _moe_cells("moe", starts)
+    assert claims.moe_note({}) == ""  # nothing until every MOE run is recorded
+    # without order_stats: only where the starts differ from the paper's
+    note = claims.moe_note(done)
+    assert note.startswith("Which settings start is not the paper's: fc7-bl 0/5 (paper 5/5)")
+    assert "fc7-bl-abs 5/5 (paper 0/5)" in note and "fne-bl 0/5" not in note  # paper 0/5
+    assert "flat state" not in note
+    for c in done.values():
+        flat = c["dev_last"]["rsum"] < families.STARTED
+        c["order_stats"] = {
+            "zero_violation_pairs": 0.985 if flat else 0.0,
+            "image_coords_nonneg": 0.85 if flat else 1.0,
+            "caption_coords_nonpos": 0.84 if flat else 0.0,
+            "loss_over_margin_total": [{"epoch": 3, "phase": "max",
+                                        "ratio": 0.9994 if flat else 1.07}],
+        }  # fmt: skip
+    note = claims.moe_note(done)
+    assert "10 of the 10 runs that did not start (fc7-bl, fne-bl)" in note
+    assert "98.5% of dev's image-caption pairs violate no order" in note
+    assert "Every run without abs (10, FC7 and FNE) ended there." in note
+    assert "The 20 runs that started end at 1.0700 of that loss" in note
+    assert "other runs that did not start" not in note
+    assert f"**MOE's starts depend on its settings.** {note}" in claims.report(done)
+    # a run with abs that did not start but is not in the flat state is told apart
+    slow = done[families.Job("moe", "fne-abs", 0, "").name]
+    slow["dev_last"]["rsum"] = 5.0
+    slow["order_stats"]["loss_over_margin_total"][-1]["ratio"] = 1.2
+    note = claims.moe_note(done)
+    assert "10 of the 11 runs that did not start" in note
+    assert "The 1 other run that did not start is not in it" in note
+    assert "Every run without abs" in note

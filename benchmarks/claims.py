@@ -1044,7 +1044,8 @@ README_BEGIN, README_END = "<!-- claims: begin -->", "<!-- claims: end -->"
 
 
 def readme_lines(done: dict[str, dict]) -> list[str]:
-    """The headline findings in three lines, for the README (between its markers)."""
+    """The headline findings in three lines, for the README (between its markers): Table
+    2 against the paper, the verdict counts with the losses' ranking, and the FNE."""
     t2 = [(r, p, m) for r, p, m, _ in table2_rows(done) if m is not None]
     reach = {f: [r.split("-")[1].upper() for r, p, m in t2 if r.startswith(f) and m >= p]
              for f in FEATURES}  # fmt: skip
@@ -1054,33 +1055,76 @@ def readme_lines(done: dict[str, dict]) -> list[str]:
         + (f" ({', '.join(reach[f])})" if reach[f] else "")
         for f in FEATURES
     )
-    verdicts: dict[str, list[str]] = {"confirmed": [], "refuted": [], "inconclusive": [],
-                                      "one model: holds": [], "one model: fails": [],
-                                      "not testable here": []}  # fmt: skip
+    tested: dict[str, tuple[str, float, float]] = {}  # title: (verdict, mean, se)
     pending_n = 0
-    for title, _, metric, diffs, _, note, _ in claim_diffs(done):
+    for title, _, _, diffs, _, _, _ in claim_diffs(done):
         v, m, se = verdict(diffs)
-        if v in verdicts:
-            unit = "" if metric == "dev rsum" else f" {metric.removeprefix('dev ')}"
-            see = "; see its caveat" if note else ""
-            verdicts[v].append(f"{title} ({m:+.1f} ± {se:.1f}{unit}{see})")
-        else:
+        if v == "not yet run":
             pending_n += 1
-    for title, _, _, fig, v in families.moe_verdicts(done):
-        if v in verdicts:
-            verdicts[v].append(f"{title} ({fig})")
         else:
+            tested[title] = (v, m, se)
+    for title, _, _, _, v in families.moe_verdicts(done):
+        if v == "not yet run":
             pending_n += 1
+        else:
+            tested[title] = (v, math.nan, math.nan)
+    counts = {}
+    for v, _, _ in tested.values():
+        key = "one deterministic model" if v.startswith("one model") else v
+        counts[key] = counts.get(key, 0) + 1
+    order = ("confirmed", "refuted", "inconclusive", "one deterministic model",
+             "not testable here")  # fmt: skip
+    tally = ", ".join(f"{counts[k]} {k}" for k in order if k in counts)
+    pend = f"; {pending_n} not yet run" if pending_n else ""
     return [
-        f"* Table 2 on ResNet-50, Flickr8k dev ({len(t2)} of 12 rows run): the rows that "
-        f"reach the paper's rsum are {table}.",
-        f"* Confirmed: {'; '.join(verdicts['confirmed']) or 'none yet'}.",
-        f"* Refuted: {'; '.join(verdicts['refuted']) or 'none yet'}. Inconclusive: "
-        f"{'; '.join(verdicts['inconclusive']) or 'none'}. One deterministic model, no test: "
-        f"{'; '.join(verdicts['one model: holds'] + verdicts['one model: fails']) or 'none'}. "
-        f"Not testable here: {'; '.join(verdicts['not testable here']) or 'none'}. "
-        f"Not yet run: {pending_n} claims.",
+        f"* Table 2 on ResNet-50, Flickr8k dev ({len(t2)} of 12 rows run): the "
+        f"rows that reach the paper's rsum are {table}.",
+        f"* {len(tested)} claims with a verdict: {tally}{pend}. The losses: "
+        + _losses_line(tested)
+        + ".",
+        "* " + _fne_line(tested) + ".",
     ]
+
+
+def _losses_line(tested: dict[str, tuple[str, float, float]]) -> str:
+    """Table 2's loss claims, one phrase each, FC7 and FNE side by side."""
+    out = []
+    for base in ("MH beats SH", "MH beats PH", "SOE beats SH", "POE beats MOE"):
+        got = [(f, tested.get(f"{base} ({f})")) for f in ("FC7", "FNE")]
+        got = [(f, t) for f, t in got if t is not None]
+        if not got:
+            continue
+        vs = {t[0] for _, t in got}
+        nums = ", ".join(f"{f} {t[1]:+.1f}" if len(got) > 1 else f"{t[1]:+.1f}" for f, t in got)
+        where = " and ".join(f for f, _ in got)
+        if len(vs) == 1:
+            out.append(f"{base} {vs.pop()} on {where} ({nums})")
+        else:
+            out.append(f"{base} " + ", ".join(f"{t[0]} on {f} ({t[1]:+.1f})" for f, t in got))
+    return "; ".join(out) or "not yet run"
+
+
+def _fne_line(tested: dict[str, tuple[str, float, float]]) -> str:
+    """The FNE against the one-layer embedding across Table 2's pipelines, on the second
+    backbone, and without its ternarisation."""
+    base = "FNE beats the one-layer embedding"
+    rows = [tested[t] for p in ("SH", "MH", "SOE", "MOE", "PH", "POE")
+            if (t := f"{base} ({p})") in tested]  # fmt: skip
+    if not rows:
+        return f"{base}: not yet run"
+    vs = sorted({v for v, _, _ in rows})
+    ms = [m for _, m, _ in rows]
+    text = (f"{base}: {'/'.join(vs)} in {len(rows)} of 6 Table 2 pipelines "
+            f"({min(ms):+.1f} to {max(ms):+.1f} rsum)")  # fmt: skip
+    for title, label in (
+        (f"{base} (SH, EfficientNet-Lite0)", "on EfficientNet-Lite0"),
+        (f"{base} (SH, standardised, not ternarised)",
+         "with standardised floats in place of its ternary values (SH)"),
+    ):  # fmt: skip
+        if title in tested:
+            v, m, se = tested[title]
+            text += f"; {label} {v} ({m:+.1f} ± {se:.1f})"
+    return text
 
 
 def update_readme(done: dict[str, dict], path: Path) -> bool:

@@ -277,3 +277,40 @@ def test_the_moe_caveat_names_the_flat_state_from_the_recorded_order_stats():
     assert "10 of the 11 runs that did not start" in note
     assert "The 1 other run that did not start is not in it" in note
     assert "Every run without abs" in note
+
+
+def test_the_readme_states_the_headline_findings_in_three_lines(monkeypatch):
+    def cd(title: str, diffs: list[float]) -> claims.ClaimDiffs:
+        return claims.ClaimDiffs(title, "001", "dev rsum", diffs, "", "", "")
+
+    got = [
+        cd("MH beats SH (FC7)", [13.0, 14.0, 13.5]),
+        cd("MH beats SH (FNE)", [-1.0, 2.0, 0.5]),
+        cd("SOE beats SH (FC7)", [-4.0, -5.0, -3.5]),
+        cd("FNE beats the one-layer embedding (SH)", [-28.0, -30.0, -29.0]),
+        cd("FNE beats the one-layer embedding (MH)", [-25.0, -27.0, -26.0]),
+        cd("FNE beats the one-layer embedding (SH, EfficientNet-Lite0)", [-16.0, -17.0, -15.0]),
+        cd("Baseline + weight beats the baseline", [0.5, 0.5, 0.5]),
+        cd("ListSJE beats SJE Delta(II) at p@5", [3.0]),  # not yet at 3 seeds
+    ]
+    monkeypatch.setattr(claims, "claim_diffs", lambda done: got)
+    monkeypatch.setattr(
+        families,
+        "moe_verdicts",
+        lambda done: [("MOE's starts depend on its settings", "", "", "fc7-bl 0/5", "confirmed")],
+    )
+    lines = claims.readme_lines({})
+    assert len(lines) == 3
+    assert lines[1].startswith(
+        "* 8 claims with a verdict: 2 confirmed, 4 refuted, "
+        "1 inconclusive, 1 one deterministic model; 1 not yet run."
+    )
+    assert (
+        "MH beats SH confirmed on FC7 (+13.5), inconclusive on FNE (+0.5); "
+        "SOE beats SH refuted on FC7 (-4.2)"
+    ) in lines[1]
+    assert lines[2] == (
+        "* FNE beats the one-layer embedding: refuted in 2 of 6 Table 2 "
+        "pipelines (-29.0 to -26.0 rsum); on EfficientNet-Lite0 refuted "
+        "(-16.0 ± 0.6)."
+    )

@@ -506,7 +506,50 @@ EXPLAIN = {
 
 
 # the instability claims' explanations, by title, once their cells are in
-EXPLAIN_MOE: dict[str, str] = {}
+def poe_explanation(done: dict[str, dict]) -> str:
+    """What explains "POE starts where MOE fails to" not holding, from the recorded POE
+    cells at the settings where MOE failed: how far their L_S phase got, and whether
+    their L_M phase ended in the order loss's flat state (``order_stats``)."""
+    moe = {k: families.moe_starts(done, "moe", k) for k in families.MOE_PAPER}
+    failed = [k for k, n in moe.items() if n is not None and n < len(families.MOE_SEEDS)]
+    poe = {k: families.moe_starts(done, "poe", k) for k in failed}
+    if not failed or any(n is None for n in poe.values()):
+        return ""
+    short = [k for k in failed if poe[k] < len(families.MOE_SEEDS)]
+    parts = ["Where MOE failed, POE started " + ", ".join(
+        f"{k} {poe[k]}/5 (MOE {moe[k]}/5)" for k in failed) + "."]  # fmt: skip
+    cells = [c for c in done.values() if c.get("family") == "poe" and c["variant"] in short
+             and not families.started(c)]  # fmt: skip
+    flat = [c for c in cells if c.get("order_stats", {}).get("zero_violation_pairs", 0) >= 0.5]
+    rest = [c for c in cells if c not in flat]
+    if flat:
+        best = [c["dev"]["rsum"] for c in flat]
+        zero = [c["order_stats"]["zero_violation_pairs"] for c in flat]
+        ratio = [c["order_stats"]["loss_over_margin_total"][-1]["ratio"] for c in flat]
+        names = ", ".join(sorted({c["variant"] for c in flat}))
+        parts.append(
+            f"{len(flat)} POE runs that did not start ({names}) learned in their L_S phase "
+            f"(best epoch, chosen on the slice: dev rsum {_span(best, '.1f')}), "
+            "and then L_M, at the setting's learning rate, took them into the same flat "
+            f"state as MOE's runs without abs ({_span(zero, '.1%')} of dev's "
+            "pairs without an order violation; last-epoch loss "
+            f"{_span(ratio, '.4f')} of 2 x batch x margin). The flat state is "
+            "a property of the order penalty without abs under L_M (see the caveat on "
+            "MOE's starts), not of where L_M starts: a model L_S has trained does not keep "
+            "it out."
+        )
+    if rest:
+        last = [c["dev_last"]["rsum"] for c in rest]
+        best = [c["dev"]["rsum"] for c in rest]
+        names = ", ".join(sorted({c["variant"] for c in rest}))
+        parts.append(
+            f"{len(rest)} other POE runs that did not start ({names}) are not in that state: "
+            f"their L_S phase reached dev rsum {_span(best, '.1f')}, and the last "
+            f"epoch, an L_M one, ends at {_span(last, '.1f')}, under the "
+            "criterion's 10."
+        )
+    return " ".join(parts)
+
 
 EXPLAIN_BIGRU = (
     "The report explores stacked bidirectional RNNs but gives no figure for them; it names "
@@ -514,6 +557,12 @@ EXPLAIN_BIGRU = (
     "the same 512-d output and the same budget, and rank better; we have not looked for "
     "why beyond that."
 )
+
+
+def _span(values: list[float], fmt: str) -> str:
+    """``lo-hi`` in ``fmt``, or one figure when both print alike."""
+    lo, hi = format(min(values), fmt), format(max(values), fmt)
+    return lo if lo == hi else f"{lo}-{hi}"
 
 
 def moe_note(done: dict[str, dict]) -> str:
@@ -537,13 +586,10 @@ def moe_note(done: dict[str, dict]) -> str:
         return families.MOE_SETTINGS[c["variant"].split("-", 1)[1]][2]
 
     def stat(cs: list[dict], key: str, fmt: str) -> str:
-        vs = [c["order_stats"][key] for c in cs]
-        lo, hi = format(min(vs), fmt), format(max(vs), fmt)
-        return lo if lo == hi else f"{lo}-{hi}"
+        return _span([c["order_stats"][key] for c in cs], fmt)
 
     def last_ratio(cs: list[dict]) -> str:
-        vs = [c["order_stats"]["loss_over_margin_total"][-1]["ratio"] for c in cs]
-        return f"{min(vs):.4f}" if min(vs) == max(vs) else f"{min(vs):.4f}-{max(vs):.4f}"
+        return _span([c["order_stats"]["loss_over_margin_total"][-1]["ratio"] for c in cs], ".4f")
 
     failed = [c for c in cells if not families.started(c)]
     flat = [c for c in failed if c["order_stats"]["zero_violation_pairs"] >= 0.5]
@@ -577,16 +623,16 @@ def moe_note(done: dict[str, dict]) -> str:
         parts.append(
             f"The {len(slow)} other {'runs' if len(slow) > 1 else 'run'} that did not "
             f"start {'are' if len(slow) > 1 else 'is'} not in it (at most "
-            f"{stat(slow, 'zero_violation_pairs', '.1%').split('-')[-1]} of pairs without "
-            f"violation), the loss is still falling ({last_ratio(slow)} at the last "
+            f"{stat(slow, 'zero_violation_pairs', '.1%').split('-')[-1]} of dev's pairs "
+            f"free of violation), the loss is still falling ({last_ratio(slow)} at the last "
             "epoch), but dev rsum stays under 10 in 4 epochs."
         )
     parts.append(
         "The paper, on VGG16 fc7 with its own initialisation and up to 200 epochs, "
         "concludes that the instability depends on 'the hyper-parameter selection and "
         "parameter initialisation' rather than the embedding; the settings decide here "
-        "too, but its setting-by-setting pattern does not carry over to ResNet-50 pool5 "
-        "and this initialisation."
+        "too, but its setting-by-setting pattern does not carry over to ResNet-50's "
+        "features and this initialisation."
     )
     return " ".join(parts)
 
@@ -1003,7 +1049,8 @@ def report(done: dict[str, dict]) -> str:
         lines.append(f"| {title} | {source} | {paper} | {metric} | {fig} | "
                      f"{runs} runs | {v} |")  # fmt: skip
         if v in ("refuted", "inconclusive"):
-            explained.append(f"**{title}: {v}.** {EXPLAIN_MOE.get(title, 'Not yet examined.')}")
+            why = poe_explanation(done) if title.startswith("POE") else ""
+            explained.append(f"**{title}: {v}.** {why or 'Not yet examined.'}")
     if lenient:
         n = len(SEEDS)
         lines += [

@@ -314,3 +314,25 @@ def test_the_readme_states_the_headline_findings_in_three_lines(monkeypatch):
         "pipelines (-29.0 to -26.0 rsum); on EfficientNet-Lite0 refuted "
         "(-16.0 ± 0.6)."
     )
+
+
+def test_the_poe_refutation_is_explained_from_the_recorded_order_stats():
+    settings = [f"{f}-{n}" for f in ("fc7", "fne") for n in families.MOE_SETTINGS]
+    done = _moe_cells("moe", {**dict.fromkeys(settings, 5), "fc7-bl": 0, "fne-abs": 1})
+    assert claims.poe_explanation(done) == ""  # POE not yet run
+    done |= _moe_cells("poe", {"fc7-bl": 0, "fne-abs": 3})
+    for c in done.values():
+        if c["family"] == "poe":
+            flat = c["variant"] == "fc7-bl"
+            c["order_stats"] = {
+                "zero_violation_pairs": 0.92 if flat else 0.0,
+                "loss_over_margin_total": [{"ratio": 0.9994 if flat else 1.1}],
+            }
+    v = {t: verdict for t, _, _, _, verdict in families.moe_verdicts(done)}
+    assert v["POE starts where MOE fails to"] == "refuted"
+    why = claims.poe_explanation(done)
+    assert why.startswith("Where MOE failed, POE started fc7-bl 0/5 (MOE 0/5), fne-abs 3/5")
+    assert "5 POE runs that did not start (fc7-bl) learned in their L_S phase" in why
+    assert "92.0% of dev's pairs without an order violation" in why
+    assert "2 other POE runs that did not start (fne-abs) are not in that state" in why
+    assert f"**POE starts where MOE fails to: refuted.** {why}" in claims.report(done)

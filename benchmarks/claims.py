@@ -506,10 +506,37 @@ EXPLAIN = {
 
 
 # the instability claims' explanations, by title, once their cells are in
+def _runs(n: int) -> str:
+    return f"{n} run" if n == 1 else f"{n} runs"
+
+
+def _flat(c: dict) -> bool:
+    """Whether an instability run ended in the order loss's flat state: most dev pairs
+    free of order violation (see :func:`claim_families.order_stats`)."""
+    return c["order_stats"]["zero_violation_pairs"] >= 0.5
+
+
+def _last_ratio(c: dict) -> float:
+    return c["order_stats"]["loss_over_margin_total"][-1]["ratio"]
+
+
+def _falling(c: dict) -> bool:
+    """Whether a run's training loss fell over its last epoch."""
+    losses = [e["ratio"] for e in c["order_stats"]["loss_over_margin_total"]]
+    return len(losses) > 1 and losses[-1] < losses[-2]
+
+
+def _unprobed(cells: list[dict]) -> str:
+    """A sentence naming the cells that lack ``order_stats``, or ''."""
+    n = sum("order_stats" not in c for c in cells)
+    return (f"{_runs(n)} not yet probed for the flat state (python benchmarks/claims.py "
+            "--add-order-stats).") if n else ""  # fmt: skip
+
+
 def poe_explanation(done: dict[str, dict]) -> str:
     """What explains "POE starts where MOE fails to" not holding, from the recorded POE
-    cells at the settings where MOE failed: how far their L_S phase got, and whether
-    their L_M phase ended in the order loss's flat state (``order_stats``)."""
+    cells at the settings where MOE failed: how far they got before L_M ended, and
+    whether their L_M phase ended in the order loss's flat state (``order_stats``)."""
     moe = {k: families.moe_starts(done, "moe", k) for k in families.MOE_PAPER}
     failed = [k for k, n in moe.items() if n is not None and n < len(families.MOE_SEEDS)]
     poe = {k: families.moe_starts(done, "poe", k) for k in failed}
@@ -520,43 +547,42 @@ def poe_explanation(done: dict[str, dict]) -> str:
         f"{k} {poe[k]}/5 (MOE {moe[k]}/5)" for k in failed) + "."]  # fmt: skip
     cells = [c for c in done.values() if c.get("family") == "poe" and c["variant"] in short
              and not families.started(c)]  # fmt: skip
-    flat = [c for c in cells if c.get("order_stats", {}).get("zero_violation_pairs", 0) >= 0.5]
-    rest = [c for c in cells if c not in flat]
+    no_max = [c for c in cells if not c.get("phases", {}).get("max", 0)]
+    probed = [c for c in cells if "order_stats" in c and c not in no_max]
+    flat = [c for c in probed if _flat(c)]
+    rest = [c for c in probed if not _flat(c)]
     if flat:
         best = [c["dev"]["rsum"] for c in flat]
-        zero = [c["order_stats"]["zero_violation_pairs"] for c in flat]
-        ratio = [c["order_stats"]["loss_over_margin_total"][-1]["ratio"] for c in flat]
+        in_ls = sum(
+            any(e["epoch"] == c["best_epoch"] and e["phase"] == "sum"
+                for e in c["order_stats"]["loss_over_margin_total"])
+            for c in flat
+        )  # fmt: skip
         names = ", ".join(sorted({c["variant"] for c in flat}))
         parts.append(
-            f"{len(flat)} POE runs that did not start ({names}) learned in their L_S phase "
-            f"(best epoch, chosen on the slice: dev rsum {_span(best, '.1f')}), "
-            "and then L_M, at the setting's learning rate, took them into the same flat "
-            f"state as MOE's runs without abs ({_span(zero, '.1%')} of dev's "
-            "pairs without an order violation; last-epoch loss "
-            f"{_span(ratio, '.4f')} of 2 x batch x margin). The flat state is "
-            "a property of the order penalty without abs under L_M (see the caveat on "
-            "MOE's starts), not of where L_M starts: a model L_S has trained does not keep "
-            "it out."
+            f"{_runs(len(flat))} of POE that did not start ({names}) had learned before it "
+            f"ended: the best epoch, chosen on the slice ({in_ls} of {len(flat)} in the L_S "
+            f"phase), reached dev rsum {_span(best, '.1f')}. Then L_M, at the setting's "
+            "learning rate, took them into the same flat state as MOE's runs without abs "
+            f"({_span([c['order_stats']['zero_violation_pairs'] for c in flat], '.1%')} of "
+            "dev's pairs free of order violation; last-epoch loss "
+            f"{_span([_last_ratio(c) for c in flat], '.4f')} of 2 x batch x margin). The "
+            "flat state belongs to the order penalty without abs under L_M (see the caveat "
+            "on MOE's starts), not to where L_M starts: a model L_S has trained does not "
+            "keep out of it."
         )
     if rest:
-        last = [c["dev_last"]["rsum"] for c in rest]
-        best = [c["dev"]["rsum"] for c in rest]
         names = ", ".join(sorted({c["variant"] for c in rest}))
         parts.append(
-            f"{len(rest)} other POE runs that did not start ({names}) are not in that state: "
-            f"their L_S phase reached dev rsum {_span(best, '.1f')}, and the last "
-            f"epoch, an L_M one, ends at {_span(last, '.1f')}, under the "
-            "criterion's 10."
+            f"{_runs(len(rest))} of POE that did not start ({names}) are not in that state; "
+            f"the best epoch reached dev rsum {_span([c['dev']['rsum'] for c in rest], '.1f')}"
+            ", and the last, an L_M epoch, "
+            f"{_span([c['dev_last']['rsum'] for c in rest], '.1f')}, under the criterion's "
+            f"{families.STARTED:g}."
         )
-    return " ".join(parts)
-
-
-EXPLAIN_BIGRU = (
-    "The report explores stacked bidirectional RNNs but gives no figure for them; it names "
-    "the single GRU its best. Here two bidirectional layers read each caption both ways at "
-    "the same 512-d output and the same budget, and rank better; we have not looked for "
-    "why beyond that."
-)
+    if no_max:
+        parts.append(f"{_runs(len(no_max))} never reached L_M (counted as not started).")
+    return " ".join(filter(None, [*parts, _unprobed([c for c in cells if c not in no_max])]))
 
 
 def _span(values: list[float], fmt: str) -> str:
@@ -578,63 +604,72 @@ def moe_note(done: dict[str, dict]) -> str:
     differ = [f"{k} {n}/5 (paper {paper[k]}/5)" for k, n in moe.items() if abs(n - paper[k]) >= 3]
     if differ:
         parts.append("Which settings start is not the paper's: " + ", ".join(differ) + ".")
-    cells = [c for c in done.values() if c.get("family") == "moe" and "order_stats" in c]
-    if not cells:
-        return " ".join(parts)
+    failed = [c for c in done.values() if c.get("family") == "moe" and not families.started(c)]
+    probed = [c for c in failed if "order_stats" in c]
+    flat = [c for c in probed if _flat(c)]
+    slow = [c for c in probed if not _flat(c)]
 
     def uses_abs(c: dict) -> bool:
         return families.MOE_SETTINGS[c["variant"].split("-", 1)[1]][2]
 
-    def stat(cs: list[dict], key: str, fmt: str) -> str:
-        return _span([c["order_stats"][key] for c in cs], fmt)
+    def stat(cs: list[dict], key: str) -> str:
+        return _span([c["order_stats"][key] for c in cs], ".1%")
 
-    def last_ratio(cs: list[dict]) -> str:
-        return _span([c["order_stats"]["loss_over_margin_total"][-1]["ratio"] for c in cs], ".4f")
-
-    failed = [c for c in cells if not families.started(c)]
-    flat = [c for c in failed if c["order_stats"]["zero_violation_pairs"] >= 0.5]
-    slow = [c for c in failed if c["order_stats"]["zero_violation_pairs"] < 0.5]
-    went = [c for c in cells if families.started(c)]
     if flat:
-        names = sorted({c["variant"] for c in flat})
+        names = ", ".join(sorted({c["variant"] for c in flat}))
         parts.append(
-            f"{len(flat)} of the {len(failed)} runs that did not start ({', '.join(names)}) "
-            "end in the order loss's flat state: "
-            f"{stat(flat, 'zero_violation_pairs', '.1%')} of dev's image-caption pairs "
-            f"violate no order, {stat(flat, 'image_coords_nonneg', '.0%')} of the images' "
-            f"coordinates are non-negative and {stat(flat, 'caption_coords_nonpos', '.0%')} "
-            "of the captions' non-positive, and the last epoch's mean loss is "
-            f"{last_ratio(flat)} of 2 x batch x margin, the loss when every hinge sits "
-            "exactly at the margin (under 1 only because an epoch's last batch is smaller). "
-            "Without abs, unit-norm images in the non-negative orthant and captions in the "
-            "non-positive one violate no order at all, and max(0, x)^2 is flat at 0, so L_M "
-            "has no gradient to leave by. With abs both sides are non-negative and unit-norm, "
-            "and no violation means caption = image, so that state does not exist."
+            f"{len(flat)} of the {_runs(len(failed))} that did not start ({names}) end in "
+            f"the order loss's flat state: {stat(flat, 'zero_violation_pairs')} of dev's "
+            "image-caption pairs are free of order violation, and the last epoch's mean loss "
+            f"is {_span([_last_ratio(c) for c in flat], '.4f')} of 2 x batch x margin, the "
+            "loss when every hinge sits exactly at the margin (under 1 only because an "
+            "epoch's last batch is smaller). Without abs such a state is easy to reach: "
+            "unit-norm images in the non-negative orthant and captions in the non-positive "
+            "one violate no order at all, and these runs sit near it "
+            f"({stat(flat, 'image_coords_nonneg')} of the images' coordinates non-negative, "
+            f"{stat(flat, 'caption_coords_nonpos')} of the captions' non-positive). "
+            "max(0, x)^2 is flat at 0, so there L_M has no gradient to leave by. With abs, "
+            "both sides are non-negative and unit-norm, and no violation means caption = "
+            "image: the only such state is every caption and image collapsed onto one point."
         )
-        no_abs = [c for c in cells if not uses_abs(c)]
-        if all(not uses_abs(c) for c in flat) and len(flat) == len(no_abs):
-            parts.append(f"Every run without abs ({len(no_abs)}, FC7 and FNE) ended there.")
-    if went:
-        parts.append(
-            f"The {len(went)} runs that started end at {last_ratio(went)} of that loss, above "
-            "the flat state's: in this budget the flat state is the lower loss of the two."
-        )
+        no_abs = [c for c in done.values() if c.get("family") == "moe" and not uses_abs(c)]
+        if {id(c) for c in flat} == {id(c) for c in no_abs}:
+            parts.append(f"Every run without abs ({len(no_abs)}, FC7 and FNE) ended there, "
+                         "and none with abs did.")  # fmt: skip
     if slow:
+        free = max(c["order_stats"]["zero_violation_pairs"] for c in slow)
+        where = ("no dev pair free of violation" if free == 0
+                 else f"at most {free:.1%} of dev's pairs free of violation")  # fmt: skip
+        last = [c["dev_last"]["rsum"] for c in slow]
+        one = len(slow) == 1
+        subj = {(True, True): "The other run", (True, False): f"The {len(slow)} other runs",
+                (False, True): "The run", (False, False): f"All {len(slow)} runs"}[
+            (bool(flat), one)]  # fmt: skip
         parts.append(
-            f"The {len(slow)} other {'runs' if len(slow) > 1 else 'run'} that did not "
-            f"start {'are' if len(slow) > 1 else 'is'} not in it (at most "
-            f"{stat(slow, 'zero_violation_pairs', '.1%').split('-')[-1]} of dev's pairs "
-            f"free of violation), the loss is still falling ({last_ratio(slow)} at the last "
-            "epoch), but dev rsum stays under 10 in 4 epochs."
-        )
+            f"{subj} that did not start ({', '.join(sorted({c['variant'] for c in slow}))}) "
+            f"{'is' if one else 'are'} not in a flat state ({where}): "
+            f"{'it ends' if one else 'they end'} at dev rsum {_span(last, '.1f')} after "
+            f"{families.MOE_EPOCHS} epochs, under the criterion's {families.STARTED:g}"
+            + (", with the loss still falling at the last epoch: slow rather than stuck."
+               if all(_falling(c) for c in slow) else ".")
+        )  # fmt: skip
     parts.append(
-        "The paper, on VGG16 fc7 with its own initialisation and up to 200 epochs, "
-        "concludes that the instability depends on 'the hyper-parameter selection and "
-        "parameter initialisation' rather than the embedding; the settings decide here "
-        "too, but its setting-by-setting pattern does not carry over to ResNet-50's "
-        "features and this initialisation."
+        "The paper ran Table 5 on VGG16 (fc7 and its FNE) with 300-d word vectors, a "
+        "1,024-d embedding and up to 200 epochs, and concludes that the instability "
+        "depends on 'the hyper-parameter selection and parameter initialisation' rather "
+        "than the embedding. The settings decide here too, but its setting-by-setting "
+        f"pattern does not carry over to ResNet-50's features, 50-d GloVe, a 512-d "
+        f"embedding, {families.MOE_EPOCHS} epochs and this initialisation."
     )
-    return " ".join(parts)
+    return " ".join(filter(None, [*parts, _unprobed(failed)]))
+
+
+EXPLAIN_BIGRU = (
+    "The report explores stacked bidirectional RNNs but gives no figure for them; it names "
+    "the single GRU its best. Here two bidirectional layers read each caption both ways at "
+    "the same 512-d output and the same budget, and rank better; we have not looked for "
+    "why beyond that."
+)
 
 
 NOTE_PH = (
@@ -1102,24 +1137,26 @@ def readme_lines(done: dict[str, dict]) -> list[str]:
         + (f" ({', '.join(reach[f])})" if reach[f] else "")
         for f in FEATURES
     )
-    tested: dict[str, tuple[str, float, float]] = {}  # title: (verdict, mean, se)
+    # title: (verdict, mean, se, has a caveat, passes the 2-SE test but not a 95% t-test)
+    tested: dict[str, tuple[str, float, float, bool, bool]] = {}
     pending_n = 0
-    for title, _, _, diffs, _, _, _ in claim_diffs(done):
+    for title, _, _, diffs, _, note, _ in claim_diffs(done):
         v, m, se = verdict(diffs)
         if v == "not yet run":
             pending_n += 1
         else:
-            tested[title] = (v, m, se)
+            weak = v in ("confirmed", "refuted") and abs(m) <= T975[len(diffs) - 1] * se
+            tested[title] = (v, m, se, bool(note), weak)
     for title, _, _, _, v in families.moe_verdicts(done):
         if v == "not yet run":
             pending_n += 1
         else:
-            tested[title] = (v, math.nan, math.nan)
+            tested[title] = (v, math.nan, math.nan, False, False)
     counts = {}
-    for v, _, _ in tested.values():
-        key = "one deterministic model" if v.startswith("one model") else v
+    for v, *_ in tested.values():
+        key = "without a test (one deterministic model)" if v.startswith("one model") else v
         counts[key] = counts.get(key, 0) + 1
-    order = ("confirmed", "refuted", "inconclusive", "one deterministic model",
+    order = ("confirmed", "refuted", "inconclusive", "without a test (one deterministic model)",
              "not testable here")  # fmt: skip
     tally = ", ".join(f"{counts[k]} {k}" for k in order if k in counts)
     pend = f"; {pending_n} not yet run" if pending_n else ""
@@ -1133,7 +1170,7 @@ def readme_lines(done: dict[str, dict]) -> list[str]:
     ]
 
 
-def _losses_line(tested: dict[str, tuple[str, float, float]]) -> str:
+def _losses_line(tested: dict[str, tuple[str, float, float, bool, bool]]) -> str:
     """Table 2's loss claims, one phrase each, FC7 and FNE side by side."""
     out = []
     for base in ("MH beats SH", "MH beats PH", "SOE beats SH", "POE beats MOE"):
@@ -1142,34 +1179,41 @@ def _losses_line(tested: dict[str, tuple[str, float, float]]) -> str:
         if not got:
             continue
         vs = {t[0] for _, t in got}
+        see = "; not at a 95% t-test" if any(t[4] for _, t in got) else ""
+        see += "; see the caveats" if any(t[3] for _, t in got) else ""
         nums = ", ".join(f"{f} {t[1]:+.1f}" if len(got) > 1 else f"{t[1]:+.1f}" for f, t in got)
         where = " and ".join(f for f, _ in got)
         if len(vs) == 1:
-            out.append(f"{base} {vs.pop()} on {where} ({nums})")
+            out.append(f"{base} {vs.pop()} on {where} ({nums}{see})")
         else:
-            out.append(f"{base} " + ", ".join(f"{t[0]} on {f} ({t[1]:+.1f})" for f, t in got))
+            out.append(f"{base} " + ", ".join(f"{t[0]} on {f} ({t[1]:+.1f})" for f, t in got)
+                       + (f" ({see[2:]})" if see else ""))  # fmt: skip
     return "; ".join(out) or "not yet run"
 
 
-def _fne_line(tested: dict[str, tuple[str, float, float]]) -> str:
+def _fne_line(tested: dict[str, tuple[str, float, float, bool, bool]]) -> str:
     """The FNE against the one-layer embedding across Table 2's pipelines, on the second
     backbone, and without its ternarisation."""
     base = "FNE beats the one-layer embedding"
-    rows = [tested[t] for p in ("SH", "MH", "SOE", "MOE", "PH", "POE")
-            if (t := f"{base} ({p})") in tested]  # fmt: skip
+    rows = {p: tested[t] for p in ("SH", "MH", "SOE", "MOE", "PH", "POE")
+            if (t := f"{base} ({p})") in tested}  # fmt: skip
     if not rows:
         return f"{base}: not yet run"
-    vs = sorted({v for v, _, _ in rows})
-    ms = [m for _, m, _ in rows]
-    text = (f"{base}: {'/'.join(vs)} in {len(rows)} of 6 Table 2 pipelines "
-            f"({min(ms):+.1f} to {max(ms):+.1f} rsum)")  # fmt: skip
+    by_v: dict[str, int] = {}
+    for v, *_ in rows.values():
+        by_v[v] = by_v.get(v, 0) + 1
+    lo = min(rows, key=lambda p: rows[p][1])
+    hi = max(rows, key=lambda p: rows[p][1])
+    text = (f"{base}: " + ", ".join(f"{v} in {n}" for v, n in by_v.items())
+            + f" of 6 Table 2 pipelines ({rows[hi][1]:+.1f} rsum in {hi} to "
+            f"{rows[lo][1]:+.1f} in {lo}; see the caveats)")  # fmt: skip
     for title, label in (
         (f"{base} (SH, EfficientNet-Lite0)", "on EfficientNet-Lite0"),
         (f"{base} (SH, standardised, not ternarised)",
          "with standardised floats in place of its ternary values (SH)"),
     ):  # fmt: skip
         if title in tested:
-            v, m, se = tested[title]
+            v, m, se, *_ = tested[title]
             text += f"; {label} {v} ({m:+.1f} ± {se:.1f})"
     return text
 

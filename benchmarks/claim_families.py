@@ -194,7 +194,7 @@ def main_metric(cell: dict) -> str:
 def score(job: Job, run: Path) -> dict:
     """``{"slice": {...}, "dev": {...}}``: the run's best checkpoint (chosen on the slice)
     scored on the slice and on dev; for the instability runs (MOE, POE) also ``dev_last``,
-    the last checkpoint on dev (see :func:`started`)."""
+    the last checkpoint on dev (see :func:`started`), and its ``order_stats``."""
     import json
 
     from vsekit.lab.data import Vocabulary
@@ -215,7 +215,27 @@ def score(job: Job, run: Path) -> dict:
     if job.family in ("moe", "poe"):  # c is the dev config, from the loop's last pass
         last, _ = load_run(run, "last")
         out["dev_last"] = _score_retrieval(last, c, vocab, False, lengths=False)
+        out["order_stats"] = order_stats(run)
     return out
+
+
+def violation_shares(img, txt, use_abs: bool, chunk: int = 50) -> dict[str, float]:
+    """For ``img`` ``[N, D]`` and ``txt`` ``[M, D]`` tensors (after ``abs`` when
+    ``use_abs``): the share of the ``N x M`` pairs whose order violation
+    ``sum_d max(0, t_d - i_d)^2`` is under 1e-6, in chunks of ``chunk`` images (a
+    ``[chunk, M, D]`` difference), and the shares of image coordinates that are
+    non-negative and of caption coordinates that are non-positive."""
+    if use_abs:
+        img, txt = img.abs(), txt.abs()
+    zero = sum(
+        int(((txt[None] - img[a : a + chunk, None]).clamp(min=0).square().sum(-1) < 1e-6).sum())
+        for a in range(0, len(img), chunk)
+    )
+    return {
+        "zero_violation_pairs": round(zero / (len(img) * len(txt)), 4),
+        "image_coords_nonneg": round(float((img >= 0).float().mean()), 4),
+        "caption_coords_nonpos": round(float((txt <= 0).float().mean()), 4),
+    }
 
 
 def order_stats(run: Path) -> dict:
@@ -240,12 +260,6 @@ def order_stats(run: Path) -> dict:
     cfg = apply_overrides(config_from_json(json.dumps(meta["config"])), ["data.val_from_train=0"])
     data = load_train_data(cfg, vocab=Vocabulary.load(run / "vocab.json"), progress=False)
     img, txt = (x.float() for x in encode_all(model, data.dev_feats, data.dev_texts))
-    if cfg.model.abs:
-        img, txt = img.abs(), txt.abs()
-    zero = sum(
-        int(((txt[None] - img[a : a + 50, None]).clamp(min=0).square().sum(-1) < 1e-6).sum())
-        for a in range(0, len(img), 50)
-    )  # chunks of 50 images: [50, 5000, D]
     per_epoch = {}
     for line in (run / "metrics.jsonl").read_text().splitlines():
         if line.strip():  # a resumed run repeats an epoch: the last record is the run's
@@ -253,9 +267,7 @@ def order_stats(run: Path) -> dict:
             per_epoch[r["epoch"]] = r
     at_margin = 2 * cfg.train.batch_size * cfg.loss.margin
     return {
-        "zero_violation_pairs": round(zero / (len(img) * len(txt)), 4),
-        "image_coords_nonneg": round(float((img >= 0).float().mean()), 4),
-        "caption_coords_nonpos": round(float((txt <= 0).float().mean()), 4),
+        **violation_shares(img, txt, cfg.model.abs),
         "loss_over_margin_total": [
             {"epoch": e, "phase": r["phase"], "ratio": round(r["loss"] / at_margin, 4)}
             for e, r in sorted(per_epoch.items())

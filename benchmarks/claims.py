@@ -401,7 +401,8 @@ def add_lengths(done: dict[str, dict]) -> None:
 
 def add_order_stats(done: dict[str, dict]) -> None:
     """Add ``order_stats`` (see :func:`claim_families.order_stats`) to the recorded
-    instability cells (MOE, POE) that lack it, from their runs' last checkpoints."""
+    instability cells (MOE, POE) that lack it (those recorded before the runner scored
+    it), from their runs' last checkpoints."""
     for name, c in done.items():
         if c.get("family") not in ("moe", "poe") or "order_stats" in c:
             continue

@@ -363,3 +363,25 @@ def test_the_poe_refutation_is_explained_from_the_recorded_order_stats():
     assert "1 run never reached L_M (counted as not started)." in why
     assert why.endswith("1 run not yet probed for the flat state (python "
                         "benchmarks/claims.py --add-order-stats).")  # fmt: skip
+
+
+def test_violation_shares_match_a_pair_by_pair_count():
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(0)
+    img, txt = torch.randn(7, 5, generator=g), torch.randn(11, 5, generator=g)
+    img[:3], txt[:4] = img[:3].abs(), -txt[:4].abs()  # some pairs free of violation
+    for use_abs in (False, True):
+        i, t = (img.abs(), txt.abs()) if use_abs else (img, txt)
+        zero = sum(
+            sum(max(0.0, float(t[m, d] - i[n, d])) ** 2 for d in range(5)) < 1e-6
+            for n in range(7)
+            for m in range(11)
+        )
+        got = families.violation_shares(img, txt, use_abs, chunk=2)
+        assert got["zero_violation_pairs"] == round(zero / 77, 4)
+        assert got["image_coords_nonneg"] == round(float((i >= 0).float().mean()), 4)
+        assert got["caption_coords_nonpos"] == round(float((t <= 0).float().mean()), 4)
+    assert families.violation_shares(img, txt, False)["zero_violation_pairs"] >= 12 / 77
+    # images in the non-negative orthant, captions in the non-positive one: all flat
+    flat = families.violation_shares(img.abs(), -txt.abs(), False)
+    assert flat["zero_violation_pairs"] == 1.0

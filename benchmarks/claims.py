@@ -567,11 +567,19 @@ def poe_explanation(done: dict[str, dict]) -> str:
             "learning rate, took them into the same flat state as MOE's runs without abs "
             f"({_span([c['order_stats']['zero_violation_pairs'] for c in flat], '.1%')} of "
             "dev's pairs free of order violation; last-epoch loss "
-            f"{_span([_last_ratio(c) for c in flat], '.4f')} of 2 x batch x margin). The "
-            "flat state belongs to the order penalty without abs under L_M (see the caveat "
-            "on MOE's starts), not to where L_M starts: a model L_S has trained does not "
-            "keep out of it."
+            f"{_span([_last_ratio(c) for c in flat], '.4f')} of 2 x batch x margin; see the "
+            "caveat on MOE's starts)."
         )
+        kept = sorted(k for k in failed if not families.MOE_SETTINGS[k.split("-", 1)[1]][2]
+                      and poe[k] == len(families.MOE_SEEDS))  # fmt: skip
+        if kept:
+            parts.append(
+                f"Without abs at {', '.join(kept)}, POE's runs all started: there the model "
+                "L_S trained kept L_M out of the flat state, so where L_M starts matters, "
+                "but a trained start is no guarantee."
+            )
+        else:
+            parts.append("A model L_S has trained did not keep L_M out of it.")
     if rest:
         names = ", ".join(sorted({c["variant"] for c in rest}))
         parts.append(

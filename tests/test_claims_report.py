@@ -353,6 +353,11 @@ def test_the_poe_refutation_is_explained_from_the_recorded_order_stats():
     assert "(0 of 5 in the L_S phase), reached dev rsum 50.0" in why
     assert "98.5% of dev's pairs free of order violation" in why
     assert "2 runs of POE that did not start (fne-abs) are not in that state" in why
+    assert "A model L_S has trained did not keep L_M out of it." in why
+    kept = done | _moe_cells("moe", {"fne-bl": 0}) | _moe_cells("poe", {"fne-bl": 5})
+    why_kept = claims.poe_explanation(kept)
+    assert "Without abs at fne-bl, POE's runs all started" in why_kept
+    assert "did not keep L_M out of it" not in why_kept
     assert f"**POE starts where MOE fails to: refuted.** {why}" in claims.report(done)
     # unprobed runs are named, not counted as outside the flat state; a run that never
     # reached L_M is said so

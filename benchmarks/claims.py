@@ -369,11 +369,16 @@ def run_cell(cell: Cell | families.Job) -> dict:
         record["started"] = families.started(record)  # dev rsum at the slice's epoch
     else:
         record |= families.score(cell, run)
-    CELLS.mkdir(parents=True, exist_ok=True)
-    tmp = CELLS / f".{cell.name}.tmp"
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    tmp.replace(CELLS / f"{cell.name}.json")
+    write_cell(cell.name, record)
     return record
+
+
+def write_cell(name: str, record: dict) -> None:
+    """Record a cell whole or not at all (a temporary file, then a rename)."""
+    CELLS.mkdir(parents=True, exist_ok=True)
+    tmp = CELLS / f".{name}.tmp"
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    tmp.replace(CELLS / f"{name}.json")
 
 
 def add_lengths(done: dict[str, dict]) -> None:
@@ -393,9 +398,7 @@ def add_lengths(done: dict[str, dict]) -> None:
             raise SystemExit(f"{name}: re-scored dev metrics differ from the record: {drift}")
         c["dev"]["by_length"] = new["by_length"]
         c["rescored"] = {"date": dt.date.today().isoformat(), "added": ["dev.by_length"]}
-        tmp = CELLS / f".{name}.tmp"
-        tmp.write_text(json.dumps(c, indent=2) + "\n")
-        tmp.replace(CELLS / f"{name}.json")
+        write_cell(name, c)
         print(f"{name}: recall by caption length added (dev metrics re-scored unchanged)")
 
 
@@ -413,9 +416,7 @@ def add_order_stats(done: dict[str, dict]) -> None:
         c["order_stats"] = families.order_stats(run)
         c.setdefault("added", []).append(
             {"date": dt.date.today().isoformat(), "field": "order_stats"})  # fmt: skip
-        tmp = CELLS / f".{name}.tmp"
-        tmp.write_text(json.dumps(c, indent=2) + "\n")
-        tmp.replace(CELLS / f"{name}.json")
+        write_cell(name, c)
         print(f"{name}: order_stats added")
 
 
@@ -507,6 +508,17 @@ EXPLAIN = {
 
 
 # the instability claims' explanations, by title, once their cells are in
+def _span(values: list[float], fmt: str) -> str:
+    """``lo-hi`` in ``fmt``, or one figure when both print alike."""
+    lo, hi = format(min(values), fmt), format(max(values), fmt)
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def _uses_abs(variant: str) -> bool:
+    """Whether an instability setting (e.g. ``fne-bl-abs``) takes absolute values."""
+    return families.MOE_SETTINGS[variant.split("-", 1)[1]][2]
+
+
 def _runs(n: int) -> str:
     return f"{n} run" if n == 1 else f"{n} runs"
 
@@ -570,8 +582,8 @@ def poe_explanation(done: dict[str, dict]) -> str:
             f"{_span([_last_ratio(c) for c in flat], '.4f')} of 2 x batch x margin; see the "
             "caveat on MOE's starts)."
         )
-        kept = sorted(k for k in failed if not families.MOE_SETTINGS[k.split("-", 1)[1]][2]
-                      and poe[k] == len(families.MOE_SEEDS))  # fmt: skip
+        kept = sorted(k for k in failed
+                      if not _uses_abs(k) and poe[k] == len(families.MOE_SEEDS))  # fmt: skip
         if kept:
             parts.append(
                 f"Without abs at {', '.join(kept)}, POE's runs all started: there the model "
@@ -594,12 +606,6 @@ def poe_explanation(done: dict[str, dict]) -> str:
     return " ".join(filter(None, [*parts, _unprobed([c for c in cells if c not in no_max])]))
 
 
-def _span(values: list[float], fmt: str) -> str:
-    """``lo-hi`` in ``fmt``, or one figure when both print alike."""
-    lo, hi = format(min(values), fmt), format(max(values), fmt)
-    return lo if lo == hi else f"{lo}-{hi}"
-
-
 def moe_note(done: dict[str, dict]) -> str:
     """The caveat on "MOE's starts depend on its settings", from the recorded MOE cells:
     the settings whose starts differ from the paper's by 3 runs or more, and the state
@@ -617,9 +623,6 @@ def moe_note(done: dict[str, dict]) -> str:
     probed = [c for c in failed if "order_stats" in c]
     flat = [c for c in probed if _flat(c)]
     slow = [c for c in probed if not _flat(c)]
-
-    def uses_abs(c: dict) -> bool:
-        return families.MOE_SETTINGS[c["variant"].split("-", 1)[1]][2]
 
     def stat(cs: list[dict], key: str) -> str:
         return _span([c["order_stats"][key] for c in cs], ".1%")
@@ -641,7 +644,9 @@ def moe_note(done: dict[str, dict]) -> str:
             "both sides are non-negative and unit-norm, and no violation means caption = "
             "image: the only such state is every caption and image collapsed onto one point."
         )
-        no_abs = [c for c in done.values() if c.get("family") == "moe" and not uses_abs(c)]
+        no_abs = [
+            c for c in done.values() if c.get("family") == "moe" and not _uses_abs(c["variant"])
+        ]
         if {id(c) for c in flat} == {id(c) for c in no_abs}:
             parts.append(f"Every run without abs ({len(no_abs)}, FC7 and FNE) ended there, "
                          "and none with abs did.")  # fmt: skip

@@ -21,9 +21,14 @@ def machine() -> dict:
     import numpy
     import torch
 
+    from vsekit.runtime.precision import cpu_info
+
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    info = cpu_info()
     return {
         "cpu": cpu,
+        "cpu_flags": sorted(info.features),
+        "int8_class": info.int8_class,
         "gpu": gpu,
         "cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),

@@ -23,11 +23,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import record  # noqa: E402
+from _common import machine, record  # noqa: E402
 
 import vsekit  # noqa: E402
 from vsekit.lab.data import load_dataset  # noqa: E402
 from vsekit.lab.eval import retrieval_metrics, retrieval_metrics_from_embeddings  # noqa: E402
+from vsekit.runtime.precision import cpu_info  # noqa: E402
 
 FLICKR8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k"
 
@@ -60,9 +61,22 @@ def main() -> None:
     if args.model == "default":
         mine = {k: v for k, v in runs.items() if v.get("bundle", "default") == "default"}
         runs = {k: v for k, v in runs.items() if k not in mine or v.get("model_source") == source}
+        if args.backend == "onnx":  # ONNX rows of graphs the bundle no longer has go too
+            from vsekit.bundle import bundle_dir, int8_fingerprint, read_onnx_meta
+
+            meta = read_onnx_meta(bundle_dir("default"))
+            fp = meta["model_fingerprint"]
+            now = {fp, int8_fingerprint(fp, meta["sha256"]["image.int8.onnx"])}
+            runs = {k: v for k, v in runs.items()
+                    if not k.startswith("onnx") or v.get("model_fingerprint") in now}  # fmt: skip
     key = args.backend if args.model == "default" else f"{args.backend}:{Path(args.model).name}"
     key += f":{args.precision}" if args.precision else ""
+    choice = getattr(model, "precision_choice", None)
+    if args.backend == "onnx":  # int8's accuracy depends on the CPU class: one row each
+        key += f"@{cpu_info().int8_class}"
     runs[key] = {
+        "machine": machine(),
+        "precision": None if choice is None else vars(choice),
         "command": "python benchmarks/default_model.py " + " ".join(sys.argv[1:]),
         "bundle": args.model,
         "images": len(paths),

@@ -29,6 +29,18 @@ def flickr8k_root() -> Path:
     return FLICKR8K
 
 
+@pytest.fixture(scope="session")
+def flickr8k_slice_photos() -> list[Path]:
+    """48 photos spread over the 500 train images carved out for selection (never dev)."""
+    if not (FLICKR8K / "Flickr8k.token.txt").is_file():
+        pytest.skip(f"real Flickr8k not found at {FLICKR8K}")
+    from vsekit.lab.data import load_dataset
+
+    held = load_dataset(FLICKR8K).carve("train", 500, "train-val", 0).split("train-val")
+    step = len(held.images) // 48
+    return [Path(im.path) for im in held.images[::step][:48]]
+
+
 class TinyBackbone(Backbone):
     """Two small conv layers and an fc layer: fast enough for extraction tests."""
 

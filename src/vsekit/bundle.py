@@ -146,25 +146,30 @@ def read_bundle_extras(path: Path, info: dict) -> dict[str, Any]:
     return out
 
 
-ONNX_FILES = ("text.onnx", "onnx.json")  # and at least one of IMAGE_FILES
+ONNX_FILES = ("onnx.json",)  # and at least one of IMAGE_FILES and of TEXT_FILES
 PRECISIONS = ("fp32", "int8")
 INT8_FILE = "image.int8.onnx"
 IMAGE_FILES = {"fp32": "image.onnx", "int8": INT8_FILE}
+TEXT_FILES = {"fp32": "text.onnx", "int8": "text.int8.onnx"}
 
 
 def missing_onnx(path: Path) -> list[str]:
     missing = [f for f in ONNX_FILES if not (path / f).is_file()]
-    if not any((path / f).is_file() for f in IMAGE_FILES.values()):
-        missing.append(" or ".join(IMAGE_FILES.values()))
+    for files in (IMAGE_FILES, TEXT_FILES):
+        if not any((path / f).is_file() for f in files.values()):
+            missing.append(" or ".join(files.values()))
     return missing
 
 
-def default_precision(path: Path) -> str:
-    """The bundle's own default (``onnx.json``), fp32 when it names none."""
-    try:
-        return json.loads((path / "onnx.json").read_text()).get("default_precision", "fp32")
-    except (OSError, ValueError):
-        return "fp32"
+def text_files(meta: dict) -> dict[str, str]:
+    """``{precision: file}`` of the text graphs ``meta`` (an ``onnx.json``) lists. A
+    bundle exported before ``text.int8.onnx`` existed kept its int8 text graph as
+    ``text.onnx`` (``text_storage: int8``)."""
+    files = meta.get("sha256", {})
+    out = {p: f for p, f in TEXT_FILES.items() if f in files}
+    if TEXT_FILES["int8"] not in files and meta.get("text_storage") == "int8" and out:
+        out = {"int8": TEXT_FILES["fp32"]}
+    return out
 
 
 def onnx_available(path: Path) -> bool:
@@ -184,10 +189,11 @@ def read_onnx_meta(path: Path) -> dict:
     return json.loads((path / "onnx.json").read_text())
 
 
-def verify_onnx(path: Path, meta: dict, precision: str) -> None:
-    """ModelError naming the file if an ONNX file the given precision uses does not
-    match its recorded sha256 (the other image graph is checked when it is loaded)."""
+def verify_onnx(path: Path, meta: dict, precision: str, text_precision: str | None = None) -> None:
+    """ModelError naming the file if an ONNX file the given precisions use does not
+    match its recorded sha256 (the other graphs are checked when they are loaded)."""
     unused = {f for p, f in IMAGE_FILES.items() if p != precision}
+    unused |= {f for p, f in text_files(meta).items() if p != (text_precision or p)}
     for name, want in meta["sha256"].items():
         if name in unused:
             continue

@@ -21,6 +21,7 @@ from vsekit import __version__
 from vsekit.cli import (  # noqa: F401  (register commands)
     annotate,
     completion,
+    doctor,
     duplicates,
     index,
     model,
@@ -36,6 +37,7 @@ EXAMPLES = {
     "duplicates": "vse duplicates --threshold 0.95     # --kind exact: identical files only",
     "serve": "vse serve --port 8000                  # http://127.0.0.1:8000/",
     "model": "vse model info default",
+    "doctor": "vse doctor                   # --json; --photos DIR: parity on your photos",
     "data": "vse data stats ../shared/data/flickr8k",
     "weights": "vse weights install resnet50 && vse weights check resnet50",
     "features": "vse features extract --root DATA --backbone resnet50 --crops 10 --out STORE",
@@ -69,7 +71,7 @@ def _all_parsers(parser: argparse.ArgumentParser):
 
 #: commands of the core whose runs need no lab command registered (their start stays
 #: fast: the entry points are not read)
-CORE_ONLY = ("index", "search", "annotate", "serve", "duplicates")
+CORE_ONLY = ("index", "search", "annotate", "serve", "duplicates", "doctor")
 
 
 def build_parser(plugins: bool = True) -> argparse.ArgumentParser:
@@ -99,7 +101,7 @@ def build_parser(plugins: bool = True) -> argparse.ArgumentParser:
 
 
 #: what ``vse --help`` lists first; the rest are the research commands (``[train]``)
-EVERYDAY = ("index", "search", "annotate", "duplicates", "serve", "model", "completion")
+EVERYDAY = ("index", "search", "annotate", "duplicates", "serve", "model", "doctor", "completion")
 
 
 def _group_commands(parser: argparse.ArgumentParser, sub: argparse._SubParsersAction) -> None:

@@ -87,6 +87,7 @@ def _calibration_of(bundle: Path, prev: dict) -> list[Path] | None:
 def remake_encoders(bundle: Path, prev: dict, calibration: list[Path] | None = None) -> dict:
     """Export ``bundle`` again as its previous ``onnx.json`` (``prev``) describes it
     (``calibration``: its photos, when already found)."""
+    from vsekit.bundle import text_files
     from vsekit.lab.train.onnx_export import export_onnx
 
     int8 = prev.get("int8") or {}
@@ -97,8 +98,9 @@ def remake_encoders(bundle: Path, prev: dict, calibration: list[Path] | None = N
         VSEModel.load(bundle, device="cpu"), bundle, storage=prev.get("storage", "fp16"),
         calibration=calibration, calibration_method=int8.get("calibration_method", "minmax"),
         int8_default=prev.get("default_precision") == "int8", int8_only=only,
-        text_int8=prev.get("text_storage") == "int8",
+        text_int8="int8" in text_files(prev), keep_float=int8.get("keep_float", "none"),
         calibration_source=int8.get("calibration_source"),
+        reduce_range=prev.get("int8_weights") == "7bit",
     )  # fmt: skip
 
 

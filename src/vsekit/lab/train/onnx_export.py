@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import warnings
 from pathlib import Path
 
@@ -30,8 +29,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from vsekit.bundle import IMAGE_FILES, TOKENIZER_FILE
+from vsekit.bundle import IMAGE_FILES, TEXT_FILES, TOKENIZER_FILE
 from vsekit.fsio import atomic_write
+from vsekit.graphs.quantize import (
+    KEEP_FLOAT,  # noqa: F401  (the CLI's choices)
+    fp16_storage,
+    quantize_image_int8,
+    quantize_pretrained_int8,
+)
 from vsekit.lab.models.factory import EnsembleEmbedding
 from vsekit.lab.torch_model import VSEModel
 
@@ -140,146 +145,6 @@ class _TextGraph(nn.Module):
         }
 
 
-def _fp16_storage(path: Path, min_elements: int = 4096) -> None:
-    """Store float32 initializers of at least ``min_elements`` as float16 + Cast."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    m = onnx.load(str(path))
-    g = m.graph
-    casts, keep = [], []
-    for init in g.initializer:
-        if init.data_type == TensorProto.FLOAT and np.prod(init.dims) >= min_elements:
-            arr = numpy_helper.to_array(init).astype(np.float16)
-            half = numpy_helper.from_array(arr, init.name + "__fp16")
-            keep.append(half)
-            casts.append(helper.make_node("Cast", [half.name], [init.name], to=TensorProto.FLOAT))
-        else:
-            keep.append(init)
-    del g.initializer[:]
-    g.initializer.extend(keep)
-    nodes = list(g.node)
-    del g.node[:]
-    g.node.extend(casts + nodes)
-    onnx.save(m, str(path))
-
-
-def quantize_image_int8(
-    fp32_model: Path,
-    out: Path,
-    calibration: list,
-    crops: int,
-    size: int,
-    batch: int = 8,
-    method: str = "minmax",
-    keep_float: str = "none",
-    moving_average: bool = False,
-    preprocess: bool = False,
-) -> list[str]:
-    """Static int8 quantisation of the image graph with ONNX Runtime's own tools: QDQ,
-    per-channel int8 weights, uint8 activations whose ranges are calibrated (``method``)
-    on ``calibration`` images (paths; use training images, never the evaluation split).
-
-    ``keep_float``: nodes left in float, the usual remedy for quantisation's accuracy
-    cost: ``stem`` (the first convolution, which sees raw pixels), ``head`` (the
-    projection's matrix products), ``stem-head`` (both) or ``none``.
-    ``moving_average``: MinMax ranges as a moving average over calibration batches
-    instead of the extreme values. ``preprocess``: ONNX Runtime's ``quant_pre_process``
-    first (shape inference, and graph optimisation that folds batch norms into the
-    convolutions and fuses activations, so what is quantised is what runs).
-    Returns the names of the nodes kept in float."""
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        CalibrationMethod,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
-
-    from vsekit.media.images import load_image
-    from vsekit.media.views import crop_views_array, decode_size
-
-    # equal batches: the histogram collectors stack every batch's outputs into one array
-    batch = max(d for d in range(1, batch + 1) if len(calibration) % d == 0)
-
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.batches = iter(range(0, len(calibration), batch))
-
-        def get_next(self):
-            a = next(self.batches, None)
-            if a is None:
-                return None
-            ims = [load_image(p, decode_size(size)) for p in calibration[a : a + batch]]
-            return {"views": np.stack([crop_views_array(im, crops, size) for im in ims])}
-
-    methods = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
-               "entropy": CalibrationMethod.Entropy}  # fmt: skip
-    if preprocess:
-        from onnxruntime.quantization.shape_inference import quant_pre_process
-
-        pre = fp32_model.with_name(fp32_model.name + ".pre.onnx")
-        quant_pre_process(str(fp32_model), str(pre))
-        os.replace(pre, fp32_model)
-    excluded = float_nodes(fp32_model, keep_float)
-    quantize_static(
-        str(fp32_model), str(out), Reader(), quant_format=QuantFormat.QDQ,
-        per_channel=True, weight_type=QuantType.QInt8, activation_type=QuantType.QUInt8,
-        calibrate_method=methods[method], nodes_to_exclude=excluded,
-        extra_options={"CalibMovingAverage": moving_average},
-    )  # fmt: skip
-    return excluded
-
-
-#: text-graph nodes :func:`quantize_pretrained_int8` leaves float: the feed-forward output
-#: products of the transformer's first three layers, whose run-time int8 activations (the
-#: long-tailed GELU outputs) cost the most, and whose error every later layer carries
-TEXT_INT8_KEEP_FLOAT = tuple(f"/encoder/layer.{k}/output/dense/" for k in range(3))
-
-
-def quantize_pretrained_int8(path: Path) -> None:
-    """Dynamic int8 quantisation, in place, of the pretrained transformer in a text graph
-    (ONNX Runtime's ``quantize_dynamic``): its matrix products and word-piece table get
-    int8 weights, one scale per output channel; activations are quantised at run time.
-    Other nodes (a GRU's word table, the projections, :data:`TEXT_INT8_KEEP_FLOAT`) stay
-    float. ValueError if the graph has no pretrained transformer."""
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    nodes = [n.name for n in onnx.load(str(path), load_external_data=False).graph.node
-             if "/pretrained." in n.name and n.op_type in ("MatMul", "Gather")
-             and not any(k in n.name for k in TEXT_INT8_KEEP_FLOAT)]  # fmt: skip
-    if not nodes:
-        raise ValueError("text int8: the text graph has no pretrained transformer to quantise")
-    out = path.with_name(path.name + ".int8.onnx")
-    try:
-        quantize_dynamic(
-            str(path), str(out), weight_type=QuantType.QInt8, per_channel=True,
-            nodes_to_quantize=nodes, op_types_to_quantize=["MatMul", "Gather"],
-        )  # fmt: skip
-        os.replace(out, path)
-    finally:
-        out.unlink(missing_ok=True)
-
-
-KEEP_FLOAT = ("none", "stem", "head", "stem-head")
-
-
-def float_nodes(model_path: Path, keep: str) -> list[str]:
-    """Names of the nodes ``keep`` (see :func:`quantize_image_int8`) leaves in float."""
-    if keep not in KEEP_FLOAT:
-        raise ValueError(f"keep_float: use {' | '.join(KEEP_FLOAT)}, not {keep!r}")
-    import onnx
-
-    nodes = list(onnx.load(str(model_path), load_external_data=False).graph.node)
-    out = []
-    if "stem" in keep:
-        out.append(next(n.name for n in nodes if n.op_type == "Conv"))
-    if "head" in keep:
-        out += [n.name for n in nodes if n.op_type in ("MatMul", "Gemm")]
-    return out
-
-
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -298,6 +163,7 @@ def export_onnx(
     text_int8: bool = False,
     int8_only: bool = False,
     calibration_source: str | None = None,
+    reduce_range: bool = False,
 ) -> dict:
     """Write ``image.onnx``, ``text.onnx`` and ``onnx.json`` into the bundle ``out``.
     ``storage``: ``fp16`` (weights stored half, computed in float32) or ``fp32``.
@@ -307,9 +173,13 @@ def export_onnx(
     default when ``int8_default``. ``int8_only``: that graph alone, as the default, and no
     ``image.onnx`` (a stale one is removed): the bundle's image side at half the size,
     for a wheel; fp32 image embeddings then need the torch backend or a re-export.
-    ``text_int8``: the text graph's pretrained transformer
-    quantised dynamically (:func:`quantize_pretrained_int8`). ``calibration_source``: what
-    the calibration images are (a dataset's name, or ``samples``), recorded in onnx.json."""
+    ``text_int8``: also ``text.int8.onnx``, the text graph with its pretrained
+    transformer quantised dynamically (:func:`quantize_pretrained_int8`); ``text.onnx``
+    stays the float one. ``calibration_source``: what
+    the calibration images are (a dataset's name, or ``samples``), recorded in onnx.json.
+    ``reduce_range``: 7-bit int8 weights in both int8 graphs, which no CPU's int8 kernels
+    saturate (:func:`quantize_image_int8`); recorded in onnx.json as ``int8_weights``,
+    which :mod:`vsekit.runtime.precision` reads."""
     if storage not in ("fp16", "fp32"):
         raise ValueError(f"storage: use fp16 | fp32, not {storage!r}")
     if (int8_default or int8_only) and not calibration:
@@ -331,10 +201,11 @@ def export_onnx(
         ["embedding", "features"],
         {"views": {0: "n"}, "embedding": {0: "n"}, "features": {0: "n"}},
     )
+    text_spec = ("text", text, text_args, text.inputs, ["embedding"], text_axes)
     graphs = [
         *([] if int8_only else [(IMAGE_FILES["fp32"], image_spec, storage)]),
-        ("text.onnx", ("text", text, text_args, text.inputs, ["embedding"], text_axes),
-         "text-int8" if text_int8 else storage),
+        (TEXT_FILES["fp32"], text_spec, storage),
+        *([(TEXT_FILES["int8"], text_spec, "text-int8")] if text_int8 else []),
     ]  # fmt: skip
     if calibration:
         graphs.append((IMAGE_FILES["int8"], image_spec, "int8"))
@@ -350,10 +221,10 @@ def export_onnx(
                     dynamic_axes=axes, opset_version=ONNX_OPSET, dynamo=False,
                 )  # fmt: skip
             if how == "fp16":
-                _fp16_storage(tmp)
+                fp16_storage(tmp)
             elif how == "text-int8":
-                quantize_pretrained_int8(tmp)
-                _fp16_storage(tmp)  # the rest (word tables, recurrent layers, projections)
+                quantize_pretrained_int8(tmp, reduce_range=reduce_range)
+                fp16_storage(tmp)  # the rest (word tables, recurrent layers, projections)
             elif how == "int8":
                 fp32 = tmp.with_name(tmp.name + ".fp32.onnx")
                 tmp.rename(fp32)
@@ -361,7 +232,7 @@ def export_onnx(
                     kept[:] = quantize_image_int8(
                         fp32, tmp, calibration, crops, size, method=calibration_method,
                         keep_float=keep_float, moving_average=moving_average,
-                        preprocess=preprocess,
+                        preprocess=preprocess, reduce_range=reduce_range,
                     )  # fmt: skip
                 finally:
                     fp32.unlink(missing_ok=True)
@@ -374,16 +245,18 @@ def export_onnx(
             "embed_dim": vse.embed_dim, "model_fingerprint": vse.fingerprint,
             "default_precision": "int8" if int8_default else "fp32",
             "text_inputs": text.inputs,
-            "text_storage": "int8" if text_int8 else storage,
+            "text_storage": storage,
+            "int8_weights": "7bit" if reduce_range else "8bit",
             "text_vocab": len(words.vocab) if (words := vse._word_encoder()) else None}  # fmt: skip
     if calibration:
         meta["int8"] = {"calibration_images": len(calibration),
                         "calibration_source": calibration_source,
-                        "calibration_method": calibration_method, "float_nodes": kept,
+                        "calibration_method": calibration_method, "keep_float": keep_float,
+                        "float_nodes": kept,
                         "moving_average": moving_average, "preprocess": preprocess}  # fmt: skip
     atomic_write(out / "onnx.json", json.dumps(meta, indent=2) + "\n")
     # then drop what onnx.json no longer lists: graphs of the old weights or layout
-    for stale in IMAGE_FILES.values():
+    for stale in (*IMAGE_FILES.values(), *TEXT_FILES.values()):
         if stale not in files:
             (out / stale).unlink(missing_ok=True)
     return meta

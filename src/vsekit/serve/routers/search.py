@@ -24,9 +24,17 @@ Svc = Annotated[Service, Depends(service)]
 
 @router.get("/health")
 def health(svc: Svc) -> dict:
+    from vsekit.runtime.precision import cpu_info
+
     with svc.lock:
         n = len(svc.coll)
-    return {"status": "ok", "images": n, "model": svc.coll.model_name}
+    choice = getattr(svc.model, "precision_choice", None)  # the ONNX backend's
+    precision = {"image": getattr(svc.model, "precision", "fp32"), "text": "fp32",
+                 "reason": f"the {svc.model.backend} backend runs fp32"}  # fmt: skip
+    if choice is not None:
+        precision = {"image": choice.image, "text": choice.text, "reason": choice.reason}
+    return {"status": "ok", "images": n, "model": svc.coll.model_name,
+            "precision": precision, "cpu": cpu_info().int8_class}  # fmt: skip
 
 
 @router.get("/search")

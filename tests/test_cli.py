@@ -17,7 +17,7 @@ def test_help_lists_subcommands(capsys):
               not line.startswith("   ") and not line.startswith("  -")} - {"COMMAND"}  # fmt: skip
     assert listed == {
         "data", "weights", "features", "train", "eval", "model", "index", "search",
-        "annotate", "serve", "tags", "tag", "completion", "duplicates",
+        "annotate", "serve", "tags", "tag", "completion", "duplicates", "doctor",
     }  # fmt: skip
     with pytest.raises(SystemExit):
         main(["--version"])

@@ -51,7 +51,11 @@ def jpeg_bytes(seed: int = 0) -> bytes:
 
 def test_health_and_page(client):
     r = client.get("/health")
-    assert r.status_code == 200 and r.json() == {"status": "ok", "images": 6, "model": "tiny"}
+    from vsekit.runtime.precision import cpu_info
+
+    got = r.json()
+    assert r.status_code == 200 and got.pop("precision")["image"] == "fp32"  # torch: fp32
+    assert got == {"status": "ok", "images": 6, "model": "tiny", "cpu": cpu_info().int8_class}
     page = client.get("/")
     assert page.status_code == 200 and 'id="q"' in page.text and 'id="drop"' in page.text
     assert "/search/image" in client.get("/openapi.json").json()["paths"]

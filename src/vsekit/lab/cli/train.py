@@ -16,7 +16,11 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("config", help="experiment YAML (see configs/)")
     p.add_argument("--run-dir", help="run directory (default: runs/<config name>)")
     p.add_argument("--resume", action="store_true", help="continue a killed run exactly")
-    p.add_argument("--data-root", help="override data.root (a Flickr8k folder, ...)")
+    p.add_argument(
+        "--data-root",
+        default=os.environ.get("VSEKIT_DATA_ROOT"),
+        help="override data.root (a Flickr8k folder, ...); $VSEKIT_DATA_ROOT",
+    )
     p.add_argument("--store", help="override data.store (FeatureStore directory)")
     p.add_argument("--epochs", type=positive_int, help="override train.epochs")
     p.add_argument("--max-minutes", type=positive_float, help="override train.max_minutes")
@@ -47,7 +51,11 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         default="caption",
         help="image: one text query per image, the mean of its captions (baseline + weight)",
     )
-    e.add_argument("--data-root", help="override the dataset folder of the run's config")
+    e.add_argument(
+        "--data-root",
+        default=os.environ.get("VSEKIT_DATA_ROOT"),
+        help="override the dataset folder of the run's config; $VSEKIT_DATA_ROOT",
+    )
     e.add_argument("--store", help="override the FeatureStore of the run's config")
     e.add_argument("--json", action="store_true")
     e.set_defaults(handler=_eval)

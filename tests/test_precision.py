@@ -15,7 +15,11 @@ import pytest
 import vsekit
 from vsekit.bundle import bundle_dir, read_onnx_meta, text_files
 from vsekit.runtime.parity import MEDIAN_MIN, WORST_MIN, int8_parity, sample_views
-from vsekit.runtime.precision import CpuInfo, choose_precision, cpu_info, int8_safe
+from vsekit.runtime.precision import (
+    CpuInfo,
+    choose_precision,
+    cpu_info,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 VNNI = CpuInfo("x86_64", frozenset({"AVX2", "AVX512F", "AVX512VNNI"}))
@@ -81,15 +85,17 @@ def test_legacy_int8_text_graph_is_read_as_int8() -> None:
     assert text_files(BOTH) == {"fp32": "text.onnx", "int8": "text.int8.onnx"}
 
 
-def test_shipped_default_runs_int8_on_every_cpu_class() -> None:
-    """The shipped graphs are 7-bit: int8 everywhere, so the same model on every CPU."""
+def test_shipped_default_runs_int8_only_where_it_is_exact() -> None:
+    """The shipped int8 graphs have 8-bit weights: int8 on VNNI and ARM CPUs, the shipped
+    fp32 graphs on x86 CPUs without VNNI, and this machine runs what its class should."""
     meta = read_onnx_meta(bundle_dir("default"))
-    assert meta["int8_weights"] == "7bit"
-    for cpu in (VNNI, AVX2, AVX512_NO_VNNI, ARM):
-        assert int8_safe(meta, cpu)[0]
-        assert choose_precision(meta, cpu).image == "int8"
+    want = {VNNI: "int8", ARM: "int8", AVX2: "fp32", AVX512_NO_VNNI: "fp32"}
+    for cpu, precision in want.items():
+        c = choose_precision(meta, cpu)
+        assert (c.image, c.text) == (precision, precision), (cpu, c)
     m = vsekit.load_model()
-    assert (m.precision, m.precision_choice.text) == ("int8", "int8")
+    here = "int8" if cpu_info().exact_int8 else "fp32"
+    assert (m.precision, m.precision_choice.text) == (here, here)
 
 
 def test_sample_views_are_48_distinct_images() -> None:
@@ -120,14 +126,15 @@ def test_doctor_reports_cpu_precision_parity_and_cache(tmp_path, monkeypatch, ca
     assert main(["doctor", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["cpu"]["int8_class"] == cpu_info().int8_class
-    assert r["precision"]["image"] == "int8" and "7-bit" in r["precision"]["reason"]
+    here = "int8" if cpu_info().exact_int8 else "fp32"
+    assert r["precision"]["image"] == here and r["precision"]["reason"]
     assert r["parity"]["image"]["n"] == 48 and r["parity"]["image"]["ok"]
     assert r["parity"]["text"]["ok"]
     assert r["cache"]["sizes_mb"] == {"weights": 0.0}
     assert len(r["bundle"]["verified"]) == 5
     assert main(["doctor", "--no-parity"]) == 0
     text = capsys.readouterr().out
-    assert "int8 class" in text and "precision:  image int8, text int8" in text
+    assert "int8 class" in text and f"precision:  image {here}, text {here}" in text
 
 
 EMULATED = """
@@ -150,14 +157,13 @@ print(json.dumps({"cpu": cpu_info().int8_class, "image": c.image,
 def test_int8_parity_on_an_emulated_cpu_without_vnni() -> None:
     """The shipped graphs on an AVX2-only CPU (Haswell, emulated: ONNX Runtime reads the
     emulated CPUID and runs its saturating AVX2 int8 kernels), 8 photo views and 8
-    sentences: int8 still matches fp32, and int8 is what runs there."""
+    sentences: the fp32 graphs are what runs there, and the parity of the 8-bit int8
+    graphs is measured and printed (``pytest -s``) as the reason why."""
     python = os.path.realpath(sys.executable)  # the interpreter itself, not the venv's link
     site = [p for p in sys.path if p.endswith("site-packages")]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), *site]))
     cmd = ["qemu-x86_64", "-cpu", "Haswell", python, "-c", EMULATED, "8"]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=True)
     r = json.loads(out.stdout.strip().splitlines()[-1])
-    assert r["cpu"] == "x86-no-vnni" and r["image"] == "int8"
-    for side in ("image", "text"):
-        median, worst = r[side]
-        assert median >= MEDIAN_MIN and worst >= WORST_MIN, (side, r)
+    print("int8 vs fp32 on an emulated Haswell:", r)
+    assert r["cpu"] == "x86-no-vnni" and r["image"] == "fp32"

@@ -13,10 +13,10 @@ From the bundle's tracked weights (its vocabulary expansion included) this write
 * ``text.int8.onnx``: the MiniLM transformer's products quantised dynamically;
 * ``onnx.json``: their sha256 and how they were made.
 
-Both int8 graphs have 7-bit weights (:data:`INT8`), which no CPU's int8 kernels saturate:
-the int8 default is right on CPUs with and without VNNI
-(:mod:`vsekit.runtime.precision`; ``benchmarks/int8_cpu_classes.py`` measured the
-choice).
+The int8 graphs have 8-bit weights (:data:`INT8_WEIGHTS`): they run where the CPU adds
+int8 products without saturation (VNNI on x86, and ARM), and the fp32 graphs run
+elsewhere (:mod:`vsekit.runtime.precision`; ``benchmarks/int8_cpu_classes.py`` and
+``benchmarks/int8_remedies.py`` measured the choice).
 """
 
 from __future__ import annotations
@@ -33,8 +33,19 @@ from pathlib import Path
 from vsekit.bundle import IMAGE_FILES, TEXT_FILES, TOKENIZER_FILE
 from vsekit.fsio import atomic_write, file_sha256
 
-#: how the shipped int8 graphs are made (recorded in onnx.json's ``int8``)
-INT8 = {"calibration_method": "percentile", "keep_float": "none", "reduce_range": True}
+#: how the shipped int8 image graph is made (recorded in onnx.json's ``int8``): its
+#: weights' form is ``int8_weights["image"]`` (see :data:`WEIGHT_FORMS`)
+INT8 = {"calibration_method": "percentile", "keep_float": "none"}
+#: the weights of each int8 graph: ``8bit`` (int8 weights: the most accurate and, with
+#: u8s8 kernels, the fastest; right only where the CPU adds int8 products exactly, so
+#: CPUs without VNNI run the fp32 graphs), or a form no CPU's kernels saturate
+#: (:data:`vsekit.runtime.precision.SATURATION_FREE`): ``7bit`` costs 3 rsum on dev
+#: and ``u8`` a third of the speed (``benchmarks/int8_remedies.py``, docs/install.md)
+INT8_WEIGHTS = {"image": "8bit", "text": "8bit"}
+#: each form as the quantiser's arguments
+WEIGHT_FORMS = {"8bit": {"reduce_range": False, "weights": "s8"},
+                "7bit": {"reduce_range": True, "weights": "s8"},
+                "u8": {"reduce_range": False, "weights": "u8"}}  # fmt: skip
 #: views of the shipped photos the image graph's ranges are calibrated on
 CALIBRATION_VIEWS = 24
 CALIBRATION_SOURCE = "vsekit-photos"
@@ -80,7 +91,7 @@ def write_default_encoders(bundle: Path, progress: Callable[[str], None] = _say)
             quantize_image_int8(image32, out, calibration, crops, size,
                                 method=INT8["calibration_method"],
                                 keep_float=INT8["keep_float"],
-                                reduce_range=INT8["reduce_range"])  # fmt: skip
+                                **WEIGHT_FORMS[INT8_WEIGHTS["image"]])  # fmt: skip
 
         atomic_write(bundle / IMAGE_FILES["int8"], int8_image)
         t2 = time.perf_counter()
@@ -89,7 +100,7 @@ def write_default_encoders(bundle: Path, progress: Callable[[str], None] = _say)
 
         def int8_text(out: Path) -> None:
             shutil.copyfile(text32, out)
-            quantize_pretrained_int8(out, reduce_range=INT8["reduce_range"])
+            quantize_pretrained_int8(out, **WEIGHT_FORMS[INT8_WEIGHTS["text"]])
             fp16_storage(out)
 
         atomic_write(bundle / TEXT_FILES["int8"], int8_text)
@@ -109,7 +120,7 @@ def write_default_encoders(bundle: Path, progress: Callable[[str], None] = _say)
         "opset": meta["opset"], "storage": "fp16", "sha256": sha,
         "embed_dim": meta["embed_dim"], "model_fingerprint": meta["model_fingerprint"],
         "default_precision": "int8", "text_inputs": meta["text_inputs"],
-        "text_storage": "fp16", "int8_weights": "7bit" if INT8["reduce_range"] else "8bit",
+        "text_storage": "fp16", "int8_weights": dict(INT8_WEIGHTS),
         "text_vocab": meta["text_vocab"], "writer": "vsekit.graphs",
         "int8": {"calibration_images": CALIBRATION_VIEWS,
                  "calibration_source": CALIBRATION_SOURCE,

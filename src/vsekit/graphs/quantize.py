@@ -50,6 +50,7 @@ def quantize_image_int8(
     moving_average: bool = False,
     preprocess: bool = False,
     reduce_range: bool = False,
+    weights: str = "s8",
 ) -> list[str]:
     """Static int8 quantisation of the image graph with ONNX Runtime's own tools: QDQ,
     per-channel int8 weights, uint8 activations whose ranges are calibrated (``method``)
@@ -66,6 +67,9 @@ def quantize_image_int8(
     fits in int16 (2 x 255 x 64 < 32768): x86 CPUs without VNNI add such pairs with
     saturation (``vpmaddubsw``), and 7-bit weights make that saturation impossible, so
     the graph computes the same on every CPU (see :mod:`vsekit.runtime.precision`).
+    ``weights``: ``s8`` (int8 weights, the u8s8 kernels) or ``u8`` (uint8 weights with a
+    zero point per channel: ONNX Runtime's u8u8 kernels, which widen before adding and
+    saturate on no CPU, at 8 bits).
     Returns the names of the nodes kept in float."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
@@ -115,7 +119,8 @@ def quantize_image_int8(
     excluded = float_nodes(fp32_model, keep_float)
     quantize_static(
         str(fp32_model), str(out), Reader(), quant_format=QuantFormat.QDQ,
-        per_channel=True, weight_type=QuantType.QInt8, activation_type=QuantType.QUInt8,
+        per_channel=True, activation_type=QuantType.QUInt8,
+        weight_type=QuantType.QUInt8 if weights == "u8" else QuantType.QInt8,
         calibrate_method=methods[method], nodes_to_exclude=excluded,
         reduce_range=reduce_range,
         extra_options={"CalibMovingAverage": moving_average, "CalibStridedMinMax": 1},
@@ -129,12 +134,12 @@ def quantize_image_int8(
 TEXT_INT8_KEEP_FLOAT = tuple(f"/encoder/layer.{k}/output/dense/" for k in range(3))
 
 
-def quantize_pretrained_int8(path: Path, reduce_range: bool = False) -> None:
+def quantize_pretrained_int8(path: Path, reduce_range: bool = False, weights: str = "s8") -> None:
     """Dynamic int8 quantisation, in place, of the pretrained transformer in a text graph
     (ONNX Runtime's ``quantize_dynamic``): its matrix products and word-piece table get
     int8 weights, one scale per output channel; activations are quantised at run time.
     Other nodes (a GRU's word table, the projections, :data:`TEXT_INT8_KEEP_FLOAT`) stay
-    float. ``reduce_range``: 7-bit weights, as in :func:`quantize_image_int8`.
+    float. ``reduce_range`` and ``weights``: as in :func:`quantize_image_int8`.
     ValueError if the graph has no pretrained transformer."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -147,7 +152,8 @@ def quantize_pretrained_int8(path: Path, reduce_range: bool = False) -> None:
     out = path.with_name(path.name + ".int8.onnx")
     try:
         quantize_dynamic(
-            str(path), str(out), weight_type=QuantType.QInt8, per_channel=True,
+            str(path), str(out), per_channel=True,
+            weight_type=QuantType.QUInt8 if weights == "u8" else QuantType.QInt8,
             reduce_range=reduce_range, nodes_to_quantize=nodes,
             op_types_to_quantize=["MatMul", "Gather"],
         )  # fmt: skip

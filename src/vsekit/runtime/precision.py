@@ -13,8 +13,9 @@ they add, and saturate nothing.
 So an int8 graph is safe on this CPU when either holds:
 
 * the CPU adds int8 products without saturation (:attr:`CpuInfo.exact_int8`);
-* the bundle's int8 graphs were quantised with 7-bit weights (``onnx.json``'s
-  ``int8_weights: "7bit"``), which no kernel saturates.
+* the bundle's int8 graphs were quantised with weights no kernel saturates
+  (``onnx.json``'s ``int8_weights``: ``7bit``, or ``u8`` for uint8 weights, which ONNX
+  Runtime's u8u8 kernels widen before adding).
 
 Otherwise :func:`choose_precision` picks the fp32 graph where the bundle has one, and
 says why. The CPU's features come from its own report (CPUID, read by NumPy at import:
@@ -92,11 +93,21 @@ class PrecisionChoice:
     reason: str
 
 
+#: int8 weight forms that no CPU's kernels saturate, and why (``onnx.json``'s
+#: ``int8_weights``: one form for every int8 graph, or one per graph by side)
+SATURATION_FREE = {
+    "7bit": "7-bit int8 weights, which no CPU's int8 kernels saturate",
+    "u8": "uint8 weights (u8u8 kernels widen before adding), which no CPU saturates",
+}
+
+
 def int8_safe(meta: dict, cpu: CpuInfo) -> tuple[bool, str]:
     """Whether the int8 graphs that ``meta`` (a bundle's ``onnx.json``) describes compute
     on ``cpu`` what their fp32 graphs do, and why."""
-    if meta.get("int8_weights") == "7bit":
-        return True, "7-bit int8 weights, which no CPU's int8 kernels saturate"
+    forms = meta.get("int8_weights", "8bit")
+    forms = set(forms.values()) if isinstance(forms, dict) else {forms}
+    if forms <= set(SATURATION_FREE):
+        return True, " and ".join(SATURATION_FREE[f] for f in sorted(forms))
     if cpu.exact_int8:
         why = "VNNI" if cpu.is_x86 else f"{cpu.machine} int8 kernels"
         return True, f"this CPU adds int8 products without saturation ({why})"

@@ -34,9 +34,11 @@ from setuptools.build_meta import *  # noqa: F403  (the rest of the PEP 517 hook
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT / "src" / "vsekit" / "assets" / "default"
-#: what writing the encoders imports (vsekit.graphs and the core modules it reads)
+#: what writing the encoders imports (vsekit.graphs and the core modules it reads), and
+#: pip, which fetches MiniLM's wheel from inside the isolated build environment (pip's
+#: isolation hides the pip that runs the build)
 EXPORT_REQUIRES = ["numpy>=1.26", "onnx>=1.16", "onnxruntime>=1.18", "safetensors>=0.4",
-                   "pillow>=10"]  # fmt: skip
+                   "pillow>=10", "pip"]  # fmt: skip
 
 
 class MissingEncoders(RuntimeError):

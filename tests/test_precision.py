@@ -75,7 +75,7 @@ def test_asked_precision_always_runs_and_unsafe_is_said() -> None:
     c = choose_precision(BOTH, AVX2, "int8")
     assert (c.image, c.text) == ("int8", "int8") and "unsafe here" in c.reason
     c = choose_precision(BOTH, VNNI, "fp32")
-    assert (c.image, c.text) == ("fp32", "fp32") and c.reason == "as asked"
+    assert (c.image, c.text) == ("fp32", "fp32") and c.reason == "fp32 as asked"
     c = choose_precision(INT8_ONLY, VNNI, "fp32")  # no fp32 text graph: said, not hidden
     assert (c.image, c.text) == ("fp32", "int8") and "only one" in c.reason
 

@@ -71,7 +71,7 @@ def _long_running(cmd: str, env: dict[str, str]) -> None:
     time.sleep(8)
     assert proc.poll() is None, (cmd, proc.stderr.read())
     os.killpg(proc.pid, signal.SIGINT)
-    proc.wait(timeout=30)
+    proc.wait(timeout=180)  # it finishes the batch it is in (a first pool batch: ~15 s)
 
 
 @pytest.mark.slow

@@ -108,8 +108,8 @@ def _doctor(args: argparse.Namespace) -> int:
         f"  has:      {' '.join(have) or '-'}",
         f"  lacks:    {' '.join(lack) or '-'}",
         f"model:      {r['bundle']['path']}",
-        f"  verified: {len(r['bundle']['verified'])} ONNX files by sha256 (and the bundle's "
-        "manifest)",
+        f"  verified: by sha256, {', '.join(r['bundle']['verified'])} (onnx.json) and the "
+        "bundle's other files (manifest.json)",
         f"precision:  image {r['precision']['image']}, text {r['precision']['text']}: "
         f"{r['precision']['reason']}",
     ]

@@ -140,7 +140,7 @@ def choose_precision(meta: dict, cpu: CpuInfo, asked: str | None = None) -> Prec
         notes = [] if asked == "fp32" or safe else [f"unsafe here: {why}"]
         if text != asked:
             notes.append(f"the text graph is {text}, the only one the bundle has")
-        return PrecisionChoice(asked, text, "; ".join(["as asked", *notes]))
+        return PrecisionChoice(asked, text, "; ".join([f"{asked} as asked", *notes]))
     if meta.get("default_precision", "fp32") != "int8":
         return PrecisionChoice("fp32", pick(has_text, "fp32"), "the bundle's default precision")
     if safe:

@@ -5,8 +5,8 @@ runs or single-model bundles, each pinned by its weights' sha256, with its share
 similarity), the crops it indexes with, the caption pool, the tagger and the hubness
 settings. ``vse model build RECIPE OUT`` joins them; nothing is read from ``benchmarks/``.
 The vocabulary expansion and the ONNX graphs are made afterwards, as for any bundle
-(``vse model expand-vocab``, ``vse model onnx``; ``scripts/setup`` does both for the
-shipped one). The recipe is a pydantic model: a wrong field is one line that names it.
+(``vse model expand-vocab``, ``vse model onnx``; for the shipped one, the expansion is
+tracked and ``scripts/onnx_default`` writes the graphs without PyTorch). The recipe is a pydantic model: a wrong field is one line that names it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""From a bundle's weights to the files ONNX Runtime serves: the vocabulary expansion
-and the ONNX encoders. ``scripts/setup`` (through the CLI) and the build of a wheel from
-a clean clone (``build_backend/``) run these same steps, so both make the default model's
-encoders one way; they differ only in the calibration photos of the int8 image graph."""
+"""A bundle's vocabulary expansion, and its ONNX encoders made again through the PyTorch
+export with the settings its ``onnx.json`` records. The shipped default's encoders are
+written without PyTorch, by :mod:`vsekit.graphs.default` (the wheel build and
+``scripts/onnx_default``)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,6 @@ from pathlib import Path
 
 from vsekit.lab.torch_model import VSEModel
 
-# the shipped default's export: scripts/onnx_default and the wheel build
-DEFAULT_EXPORT = {"int8_only": True, "text_int8": True, "calibration_method": "percentile"}
-DEFAULT_CALIBRATION_IMAGES = 48
 DEFAULT_EXPANSION_TOP = 60_000
 
 
@@ -58,10 +55,12 @@ def expand_vocab(bundle: str | Path, top: int = DEFAULT_EXPANSION_TOP, ridge: fl
     )
 
 
-def _calibration_of(bundle: Path, prev: dict) -> list[Path] | None:
+def _calibration_of(bundle: Path, prev: dict) -> list | None:
     """The calibration photos ``prev`` (an onnx.json) records, found again; ValueError
     naming what to do when they cannot be (checked before anything is written)."""
+    from vsekit.graphs.default import CALIBRATION_SOURCE
     from vsekit.lab.train.calibration import SAMPLES, calibration_images
+    from vsekit.runtime.parity import sample_views
 
     int8 = prev.get("int8") or {}
     calibration = None
@@ -72,6 +71,8 @@ def _calibration_of(bundle: Path, prev: dict) -> list[Path] | None:
                 f"{bundle}/onnx.json: its int8 graph records no calibration source; run "
                 "`vse model onnx` again with --int8 --calibrate"
             )
+        if source == CALIBRATION_SOURCE:  # the shipped photos' views (vsekit.graphs)
+            return sample_views(n=int(int8["calibration_images"]))
         if source != SAMPLES:  # a dataset, recorded by name: find it again
             data = os.environ.get("VSEKIT_CALIBRATION_DATA", "")
             if Path(data).name != source:
@@ -84,7 +85,7 @@ def _calibration_of(bundle: Path, prev: dict) -> list[Path] | None:
     return calibration
 
 
-def remake_encoders(bundle: Path, prev: dict, calibration: list[Path] | None = None) -> dict:
+def remake_encoders(bundle: Path, prev: dict, calibration: list | None = None) -> dict:
     """Export ``bundle`` again as its previous ``onnx.json`` (``prev``) describes it
     (``calibration``: its photos, when already found)."""
     from vsekit.bundle import text_files
@@ -102,44 +103,3 @@ def remake_encoders(bundle: Path, prev: dict, calibration: list[Path] | None = N
         calibration_source=int8.get("calibration_source"),
         reduce_range=prev.get("int8_weights") == "7bit",
     )  # fmt: skip
-
-
-def make_default_encoders(bundle: str | Path, calibration: str = "samples") -> dict:
-    """The shipped default's ONNX files, as ``scripts/onnx_default`` makes them: the text
-    graph (MiniLM's products in int8, the rest fp16-stored) and the int8 image graph,
-    calibrated on ``calibration`` (a dataset's train split, or ``samples``)."""
-    from vsekit.lab.train.calibration import calibration_images
-    from vsekit.lab.train.onnx_export import export_onnx
-
-    images = calibration_images(calibration, DEFAULT_CALIBRATION_IMAGES)
-    return export_onnx(
-        VSEModel.load(bundle, device="cpu"), bundle, calibration=images,
-        calibration_source=Path(calibration).name, **DEFAULT_EXPORT,
-    )  # fmt: skip
-
-
-def build_default() -> None:
-    """What a wheel build from a clean clone runs (``build_backend/vsekit_build.py``):
-    the backbone's weights (fetched once into the cache), the vocabulary expansion and
-    the encoders of the default bundle in this source tree, calibrated on
-    ``$VSEKIT_CALIBRATION_DATA`` (a dataset's folder) or else on the sample photos."""
-    import sys
-
-    import vsekit
-    from vsekit.lab.features import install_weights
-    from vsekit.lab.train.calibration import SAMPLES
-
-    bundle = Path(vsekit.__file__).parent / "assets" / "default"
-    steps = ("ResNet-50 weights", "vocabulary expansion", "ONNX encoders")
-
-    def step(k: int) -> None:
-        print(f"vsekit build [{k + 1}/{len(steps)}]: {steps[k]}", file=sys.stderr, flush=True)
-
-    step(0)
-    print(f"  {install_weights('resnet50')}", file=sys.stderr)
-    step(1)
-    print(f"  {expand_vocab(bundle, if_missing=True)}", file=sys.stderr)
-    step(2)
-    meta = make_default_encoders(bundle, os.environ.get("VSEKIT_CALIBRATION_DATA") or SAMPLES)
-    print(f"  {', '.join(meta['sha256'])}: int8 calibrated on "
-          f"{meta['int8']['calibration_source']}", file=sys.stderr)  # fmt: skip

@@ -6,7 +6,8 @@ similarity), the crops it indexes with, the caption pool, the tagger and the hub
 settings. ``vse model build RECIPE OUT`` joins them; nothing is read from ``benchmarks/``.
 The vocabulary expansion and the ONNX graphs are made afterwards, as for any bundle
 (``vse model expand-vocab``, ``vse model onnx``; for the shipped one, the expansion is
-tracked and ``scripts/onnx_default`` writes the graphs without PyTorch). The recipe is a pydantic model: a wrong field is one line that names it.
+tracked and ``scripts/onnx_default`` writes the graphs without PyTorch). The recipe is a
+pydantic model: a wrong field is one line that names it.
 """
 
 from __future__ import annotations

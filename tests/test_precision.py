@@ -138,14 +138,13 @@ def test_doctor_reports_cpu_precision_parity_and_cache(tmp_path, monkeypatch, ca
 
 
 EMULATED = """
-import json, sys
-from vsekit.runtime.parity import int8_parity
-from vsekit.runtime.precision import cpu_info, choose_precision
-from vsekit.bundle import bundle_dir, read_onnx_meta
-got = int8_parity("default", n=int(sys.argv[1]))
-c = choose_precision(read_onnx_meta(bundle_dir("default")), cpu_info())
-print(json.dumps({"cpu": cpu_info().int8_class, "image": c.image,
-                  **{k: [p.median, p.worst] for k, p in got.items()}}))
+import json
+from vsekit.runtime.precision import cpu_info
+import vsekit
+m = vsekit.load_model()
+print(json.dumps({"cpu": cpu_info().int8_class, "image": m.precision,
+                  "text": m.precision_choice.text, "reason": m.precision_choice.reason,
+                  "dim": int(m.encode_text("a dog on the beach").shape[0])}))
 """
 
 
@@ -154,16 +153,17 @@ print(json.dumps({"cpu": cpu_info().int8_class, "image": c.image,
     cpu_info().machine != "x86_64" or not shutil.which("qemu-x86_64"),
     reason="needs x86_64 and QEMU's user mode (qemu-user; scripts/setup installs it)",
 )
-def test_int8_parity_on_an_emulated_cpu_without_vnni() -> None:
-    """The shipped graphs on an AVX2-only CPU (Haswell, emulated: ONNX Runtime reads the
-    emulated CPUID and runs its saturating AVX2 int8 kernels), 8 photo views and 8
-    sentences: the fp32 graphs are what runs there, and the parity of the 8-bit int8
-    graphs is measured and printed (``pytest -s``) as the reason why."""
+def test_an_emulated_cpu_without_vnni_runs_fp32() -> None:
+    """On an AVX2-only CPU (Haswell, emulated: NumPy and ONNX Runtime read the emulated
+    CPUID), the default loads its fp32 graphs, says why, and encodes. The parity of the
+    8-bit int8 graphs there is measured by ``benchmarks/int8_cpu_classes.py`` (an
+    emulated ResNet-50 takes minutes, too long for the suite)."""
     python = os.path.realpath(sys.executable)  # the interpreter itself, not the venv's link
     site = [p for p in sys.path if p.endswith("site-packages")]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), *site]))
-    cmd = ["qemu-x86_64", "-cpu", "Haswell", python, "-c", EMULATED, "8"]
+    cmd = ["qemu-x86_64", "-cpu", "Haswell", python, "-c", EMULATED]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=True)
     r = json.loads(out.stdout.strip().splitlines()[-1])
-    print("int8 vs fp32 on an emulated Haswell:", r)
-    assert r["cpu"] == "x86-no-vnni" and r["image"] == "fp32"
+    assert r["cpu"] == "x86-no-vnni"
+    assert (r["image"], r["text"]) == ("fp32", "fp32") and "without VNNI" in r["reason"]
+    assert r["dim"] == 2048

@@ -2,10 +2,11 @@
 
 x86 CPUs without VNNI add pairs of uint8 x int8 products in int16 with saturation
 (:mod:`vsekit.runtime.precision`). This script quantises the default model's image and
-text graphs several ways (``VARIANTS``), all calibrated as the shipped graph is (48
-Flickr8k train images, percentile ranges), and measures each against the fp32 graphs of
-the same weights, on 48 held-out photos and their first captions (the 500 train images
-carved out as the selection slice, never dev):
+text graphs several ways (``VARIANTS``: 8-bit or 7-bit weights, the first convolution in
+float or not), through the PyTorch export, calibrated on 48 Flickr8k train images
+(percentile ranges), and measures each against the fp32 graphs of the same weights, on
+held-out photos and their first captions (spread over the 500 train images carved out as
+the selection slice, never dev):
 
 * on this machine's CPU, natively;
 * on an AVX2-only CPU without VNNI, emulated by QEMU (``qemu-x86_64 -cpu Haswell``,
@@ -16,6 +17,7 @@ Speed (images/s through the image graph, variants alternated round by round) is 
 natively only. Run (alone on the CPU):
 
     python benchmarks/int8_cpu_classes.py [--images 48] [--rounds 3] [--no-qemu]
+        [--variants 8bit 7bit]
 """
 
 from __future__ import annotations
@@ -116,6 +118,7 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=48)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-qemu", action="store_true")
+    ap.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--spec", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -140,7 +143,7 @@ def main() -> None:
     texts = [first[k] for k in rows]
     cal = [str(p) for p in calibration_images(str(FLICKR8K), 48)]
     WORK.mkdir(parents=True, exist_ok=True)
-    bundles = make_bundles(cal)
+    bundles = {n: b for n, b in make_bundles(cal).items() if n == "fp32" or n in args.variants}
     spec = WORK / "spec.json"
     spec.write_text(json.dumps({"bundles": bundles, "photos": photos, "texts": texts}))
     py = str(Path(sys.executable).resolve())
@@ -157,7 +160,7 @@ def main() -> None:
         subprocess.run([*cmd, __file__, "--worker", str(out), "--spec", str(spec)], env=env,
                        check=True)  # fmt: skip
         emb = dict(np.load(out))
-        results[label] = {v: parity(emb, v) for v in VARIANTS}
+        results[label] = {v: parity(emb, v) for v in args.variants}
         results[label]["_wall_s"] = round(time.time() - t, 1)
         print(label, json.dumps(results[label], indent=1), flush=True)
     native = dict(np.load(WORK / f"emb-{cpu_info().int8_class}.npz"))
@@ -165,7 +168,7 @@ def main() -> None:
         emu = dict(np.load(WORK / "emb-x86-no-vnni.npz"))
         results["across CPU classes (int8 here vs emulated, cosine min)"] = {
             v: {s: round(float((native[f"{v}/{s}"] * emu[f"{v}/{s}"]).sum(1).min()), 5)
-                for s in ("image", "text")} for v in VARIANTS}  # fmt: skip
+                for s in ("image", "text")} for v in args.variants}  # fmt: skip
     sp = speed(bundles, photos[:32], args.rounds)
     record(HERE / "int8_cpu_classes.json", {
         "command": "python benchmarks/int8_cpu_classes.py " + " ".join(sys.argv[1:]),

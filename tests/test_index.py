@@ -356,7 +356,7 @@ def test_default_model_is_small():
     26 MB; each re-export adds that to the history), the 2 MB int8 image bank of its
     hubness reduction and the 5 MB vocabulary expansion. With the ONNX encoders the build
     writes (both precisions of both graphs: 4 files, not in git) the bundle stays under
-    205 MB deflated as a wheel stores it. That is over PyPI's default 100 MB a file: a
+    210 MB deflated as a wheel stores it. That is over PyPI's default 100 MB a file: a
     release there needs its limit raised, or the fp32 graphs left to be written on the
     user's machine."""
     import zlib
@@ -366,7 +366,7 @@ def test_default_model_is_small():
     files = list(default_model_dir().iterdir())
     tracked = [f for f in files if f.suffix != ".onnx" and f.name != "onnx.json"]
     assert sum(f.stat().st_size for f in tracked) <= 36 * 1024 * 1024
-    assert sum(len(zlib.compress(f.read_bytes(), 6)) for f in files) <= 205_000_000
+    assert sum(len(zlib.compress(f.read_bytes(), 6)) for f in files) <= 210_000_000
 
 
 def test_cli_index_search_annotate(tmp_path, capsys):

@@ -40,10 +40,16 @@ def user_env(tmp_path_factory) -> dict[str, str]:
     return dict(env, HOME=str(home), PATH=bin_dir + os.pathsep + env.get("PATH", ""))
 
 
+def _ctrl_c() -> None:
+    """In the child: Ctrl-C (SIGINT) as a terminal delivers it, even when the test run
+    itself was started in the background, which leaves SIGINT ignored in its children."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _serve(cmd: str, env: dict[str, str]) -> str:
     """Start ``vse serve`` as written, wait for /health, stop it: its health JSON."""
     proc = subprocess.Popen(
-        shlex.split(cmd), cwd=ROOT, env=env, start_new_session=True,
+        shlex.split(cmd), cwd=ROOT, env=env, start_new_session=True, preexec_fn=_ctrl_c,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -65,7 +71,7 @@ def _long_running(cmd: str, env: dict[str, str]) -> None:
     """A command that runs until stopped (``--watch``): it starts, keeps running for a
     few seconds without an error, and stops cleanly on Ctrl-C."""
     proc = subprocess.Popen(
-        cmd, shell=True, cwd=ROOT, env=env, start_new_session=True,
+        cmd, shell=True, cwd=ROOT, env=env, start_new_session=True, preexec_fn=_ctrl_c,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     time.sleep(8)

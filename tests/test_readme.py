@@ -130,6 +130,5 @@ def test_python_example_runs_as_written(user_env) -> None:
     ranked = np.array([[float(v) for v in ln.strip(" []").split()] for ln in lines[2:4]])
     shown_ranked = np.array([[float(v) for v in ln.strip(" []").split()] for ln in want[2:4]])
     assert np.abs(ranked - shown_ranked).max() <= 0.005
-    assert lines[4:] == want[4:] or [ln.split("'")[1] for ln in lines[4:]] == [
-        ln.split("'")[1] for ln in want[4:]
-    ]
+    # the pool's best caption and the tags: the same words (their scores move a little)
+    assert [ln.split("'")[1:2] for ln in lines[4:]] == [ln.split("'")[1:2] for ln in want[4:]]

@@ -3,7 +3,8 @@ the ``onnx`` package: no PyTorch, so that a build from a clean clone and the lab
 exporter make the int8 graphs one way.
 
 x86 CPUs without VNNI saturate 8-bit weights' products (:mod:`vsekit.runtime.precision`),
-so the shipped graphs use ``reduce_range`` (7-bit weights), which no CPU saturates.
+so the shipped 8-bit graphs run only on CPUs that add int8 products exactly; graphs made
+with ``reduce_range`` (7-bit weights) saturate on no CPU, at some accuracy.
 """
 
 from __future__ import annotations

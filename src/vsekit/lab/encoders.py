@@ -85,6 +85,12 @@ def _calibration_of(bundle: Path, prev: dict) -> list | None:
     return calibration
 
 
+def _image_weights(meta: dict) -> str:
+    """The int8 image graph's weight form in an ``onnx.json`` (one form, or one a side)."""
+    forms = meta.get("int8_weights", "8bit")
+    return forms.get("image", "8bit") if isinstance(forms, dict) else forms
+
+
 def remake_encoders(bundle: Path, prev: dict, calibration: list | None = None) -> dict:
     """Export ``bundle`` again as its previous ``onnx.json`` (``prev``) describes it
     (``calibration``: its photos, when already found)."""
@@ -101,5 +107,5 @@ def remake_encoders(bundle: Path, prev: dict, calibration: list | None = None) -
         int8_default=prev.get("default_precision") == "int8", int8_only=only,
         text_int8="int8" in text_files(prev), keep_float=int8.get("keep_float", "none"),
         calibration_source=int8.get("calibration_source"),
-        reduce_range=prev.get("int8_weights") == "7bit",
+        reduce_range=_image_weights(prev) == "7bit",
     )  # fmt: skip

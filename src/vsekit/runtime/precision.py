@@ -105,7 +105,10 @@ def int8_safe(meta: dict, cpu: CpuInfo) -> tuple[bool, str]:
     """Whether the int8 graphs that ``meta`` (a bundle's ``onnx.json``) describes compute
     on ``cpu`` what their fp32 graphs do, and why."""
     forms = meta.get("int8_weights", "8bit")
-    forms = set(forms.values()) if isinstance(forms, dict) else {forms}
+    if isinstance(forms, dict):  # one form a side; a side not named is 8-bit
+        forms = {forms.get(side, "8bit") for side in ("image", "text")}
+    else:
+        forms = {forms}
     if forms <= set(SATURATION_FREE):
         return True, " and ".join(SATURATION_FREE[f] for f in sorted(forms))
     if cpu.exact_int8:

@@ -69,7 +69,7 @@ def _add_onnx(msub: argparse._SubParsersAction) -> None:
         "--reduce-range",
         action="store_true",
         help="7-bit int8 weights in the int8 graphs, which no CPU's int8 kernels saturate "
-        "(8-bit ones saturate on x86 CPUs without VNNI; the shipped default uses 7)",
+        "(8-bit ones saturate on x86 CPUs without VNNI, which then run fp32)",
     )
     ox.add_argument(
         "--keep-float",

@@ -175,3 +175,14 @@ def test_an_emulated_cpu_without_vnni_runs_fp32() -> None:
     assert r["cpu"] == "x86-no-vnni"
     assert (r["image"], r["text"]) == ("fp32", "fp32") and "without VNNI" in r["reason"]
     assert r["dim"] == 2048
+
+
+def test_an_index_fixes_the_image_graph_only() -> None:
+    """An index built with the int8 image graph keeps it (its rows must stay comparable);
+    the text graph is chosen for this CPU, and the reason says both."""
+    c = choose_precision(BOTH, AVX2, image="int8")
+    assert (c.image, c.text) == ("int8", "fp32")
+    assert "built the index" in c.reason and "unsafe here" in c.reason
+    assert choose_precision(BOTH, VNNI, image="int8") == choose_precision(BOTH, VNNI)
+    c = choose_precision(BOTH, VNNI, image="fp32")
+    assert (c.image, c.text) == ("fp32", "int8")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vsekit.bundle import bundle_dir, precision_of, read_onnx_meta
+from vsekit.bundle import bundle_dir, precision_of
 from vsekit.index.algebra import parse_query, query_vector
 from vsekit.index.collection import Collection, Hit, check_model, model_info
 from vsekit.index.filters import Filters
@@ -181,17 +181,6 @@ def open_collection(
             precision = precision_of(bundle_dir(name), coll.fingerprint)
         except ModelError:
             precision = None
-    model = load_model(name, device=device, precision=precision)
-    choice = getattr(model, "precision_choice", None)
-    if precision is not None and choice is not None:  # say why: the index, not a person
-        from dataclasses import replace
-
-        from vsekit.runtime.precision import choose_precision, cpu_info
-
-        auto = choose_precision(read_onnx_meta(model.path), cpu_info())
-        why = auto.reason
-        if auto.image != precision:
-            why = f"{choice.reason}; the index was built with the {precision} image graph"
-        model.precision_choice = replace(choice, reason=why)
+    model = load_model(name, device=device, image_precision=precision)
     check_model(coll.path, coll.snapshot.meta, model_info(model, name))
     return coll, model

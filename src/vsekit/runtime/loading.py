@@ -41,6 +41,7 @@ def load_model(
     device: str | None = None,
     backend: str | None = None,
     precision: str | None = None,
+    image_precision: str | None = None,
 ) -> BaseModel:
     """A model by name (:func:`list_models`) or a bundle directory.
 
@@ -53,6 +54,8 @@ def load_model(
     ``precision`` (ONNX Runtime): ``fp32`` or ``int8`` (the quantised image graph, made
     by ``vse model onnx --int8``); None reads ``$VSEKIT_PRECISION``, else the bundle's
     default. The torch backend is fp32 only: asking it for int8 is an error.
+    ``image_precision``: the image graph's alone (what built an index), with the text
+    graph chosen for this CPU.
     """
     backend = backend or os.environ.get("VSEKIT_BACKEND", "auto")
     precision = precision or os.environ.get("VSEKIT_PRECISION") or None
@@ -64,8 +67,8 @@ def load_model(
     if backend == "onnx":
         from vsekit.runtime.onnx_model import OnnxModel
 
-        return OnnxModel.load(path, precision=precision)
-    if precision == "int8":
+        return OnnxModel.load(path, precision=precision, image_precision=image_precision)
+    if "int8" in (precision, image_precision):
         raise ModelError(f"{path}: int8 runs on ONNX Runtime only; use backend='onnx'")
     try:
         cls = plugin_backend(backend)

@@ -100,9 +100,14 @@ class OnnxModel(BaseModel):
     backend = "onnx"
 
     def __init__(
-        self, path: Path, info: dict, threads: int | None = None, precision: str | None = None
+        self,
+        path: Path,
+        info: dict,
+        threads: int | None = None,
+        precision: str | None = None,
+        image_precision: str | None = None,
     ) -> None:
-        if precision not in (*PRECISIONS, None):
+        if precision not in (*PRECISIONS, None) or image_precision not in (*PRECISIONS, None):
             raise ModelError(f"precision: use {' | '.join(PRECISIONS)}, not {precision!r}")
         extras = read_bundle_extras(path, info)
         super().__init__(info, extras["fne_stats"], extras["captions"], path, extras["tagger"])
@@ -110,7 +115,7 @@ class OnnxModel(BaseModel):
         self._tag_bias = extras["tag_bias"]
         meta = read_onnx_meta(path)
         #: what runs on this CPU and why (:mod:`vsekit.runtime.precision`)
-        self.precision_choice = choose_precision(meta, cpu_info(), precision)
+        self.precision_choice = choose_precision(meta, cpu_info(), precision, image_precision)
         precision = self.precision_choice.image
         if precision == "int8" and INT8_FILE not in meta["sha256"]:
             raise ModelError(
@@ -149,12 +154,17 @@ class OnnxModel(BaseModel):
 
     @classmethod
     def load(
-        cls, name: str | os.PathLike, threads: int | None = None, precision: str | None = None
+        cls,
+        name: str | os.PathLike,
+        threads: int | None = None,
+        precision: str | None = None,
+        image_precision: str | None = None,
     ) -> OnnxModel:
         """``precision``: ``fp32`` (the image graph as trained), ``int8`` or None: the
         bundle's default where it is safe on this CPU
         (:func:`vsekit.runtime.precision.choose_precision`; ``precision_choice`` says
-        what was chosen and why)."""
+        what was chosen and why). ``image_precision``: the image graph's alone (an
+        index's), the text graph's chosen for this CPU."""
         path = bundle_dir(name)
         if threads is None and os.environ.get("VSEKIT_THREADS", "").isdigit():
             threads = int(os.environ["VSEKIT_THREADS"]) or None  # set by `vse ... --threads`
@@ -166,7 +176,7 @@ class OnnxModel(BaseModel):
         verify_bundle(path)
         try:
             info = json.loads((path / "bundle.json").read_text())
-            return cls(path, info, threads, precision)
+            return cls(path, info, threads, precision, image_precision)
         except (OSError, KeyError, ValueError) as e:
             raise ModelError(f"{path}: broken model bundle ({e})") from e
 

@@ -119,7 +119,9 @@ def int8_safe(meta: dict, cpu: CpuInfo) -> tuple[bool, str]:
     )
 
 
-def choose_precision(meta: dict, cpu: CpuInfo, asked: str | None = None) -> PrecisionChoice:
+def choose_precision(
+    meta: dict, cpu: CpuInfo, asked: str | None = None, image: str | None = None
+) -> PrecisionChoice:
     """The precision of the image and text graphs to run for the bundle whose
     ``onnx.json`` is ``meta``.
 
@@ -128,7 +130,10 @@ def choose_precision(meta: dict, cpu: CpuInfo, asked: str | None = None) -> Prec
     for the text where the bundle has that text graph. Otherwise int8 runs where the
     bundle's default is int8 and :func:`int8_safe` says yes; where it says no, the fp32
     graphs where the bundle has them, else int8 with a reason that says it is unsafe here
-    (``vse doctor`` measures by how much)."""
+    (``vse doctor`` measures by how much).
+
+    ``image``: the image graph's precision alone, fixed by what built an index (its rows
+    must stay comparable); the text graph is then chosen as if nothing were asked."""
     from vsekit.bundle import IMAGE_FILES, text_files
 
     has_image = {p for p, f in IMAGE_FILES.items() if f in meta.get("sha256", {})}
@@ -138,6 +143,13 @@ def choose_precision(meta: dict, cpu: CpuInfo, asked: str | None = None) -> Prec
     def pick(have: set[str], want: str) -> str:
         return want if want in have or not have else next(iter(have))
 
+    if image is not None and asked is None:
+        auto = choose_precision(meta, cpu)
+        if image == auto.image:
+            return auto
+        note = "" if image == "fp32" or safe else f" (unsafe here: {why})"
+        return PrecisionChoice(image, auto.text, f"{image} image graph, the one that built "
+                               f"the index{note}; text: {auto.reason}")  # fmt: skip
     if asked is not None:
         text = pick(has_text, asked)
         notes = [] if asked == "fp32" or safe else [f"unsafe here: {why}"]

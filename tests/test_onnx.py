@@ -3,6 +3,7 @@ NumPy crop views against torchvision's."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import numpy as np
@@ -93,6 +94,16 @@ def test_onnx_files_are_verified(bundles):
         (path / "text.onnx").write_bytes(data)
     with pytest.raises(ValueError, match="backend: use auto | onnx | torch"):
         vsekit.load_model(path, backend="tf")
+    meta = (path / "onnx.json").read_text()
+    try:  # an onnx.json that lists no text graph: named, with the fix
+        edited = json.loads(meta)
+        for name in ("text.onnx", "text.int8.onnx"):
+            edited["sha256"].pop(name, None)
+        (path / "onnx.json").write_text(json.dumps(edited))
+        with pytest.raises(vsekit.ModelError, match="onnx.json: lists no text graph"):
+            vsekit.load_model(path, backend="onnx")
+    finally:
+        (path / "onnx.json").write_text(meta)
 
 
 @pytest.mark.slow

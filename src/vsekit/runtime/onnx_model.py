@@ -123,6 +123,11 @@ class OnnxModel(BaseModel):
                 f"`vse model onnx {path} --int8 --calibrate DATASET`"
             )
         self.precision = precision
+        if not text_files(meta):
+            raise ModelError(
+                f"{path / 'onnx.json'}: lists no text graph (text.onnx or text.int8.onnx); "
+                f"re-create the ONNX files with `vse model onnx {path}`"
+            )
         self._text_file = text_files(meta)[self.precision_choice.text]
         verify_onnx(path, meta, precision, self.precision_choice.text)
         self._image_file = IMAGE_FILES[precision]

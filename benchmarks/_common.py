@@ -10,23 +10,15 @@ from pathlib import Path
 
 
 def machine() -> dict:
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     import numpy
     import torch
 
-    from vsekit.runtime.precision import cpu_info
+    from vsekit.runtime.precision import cpu_info, cpu_name
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     info = cpu_info()
     return {
-        "cpu": cpu,
+        "cpu": cpu_name(),
         "cpu_flags": sorted(info.features),
         "int8_class": info.int8_class,
         "gpu": gpu,

@@ -106,7 +106,7 @@ def speed(bundles: dict, photos: list[str], rounds: int) -> dict:
               for n, b in bundles.items()}  # fmt: skip
     views = np.stack([crop_views_array(load_image(p, decode_size(224)), 2, 224) for p in photos])
     times: dict[str, list[float]] = {n: [] for n in models}
-    for m in models.values():  # warm up: sessions made, weights folded
+    for m in models.values():  # warm up: graphs loaded, weights folded
         m._session("image").run(None, {"views": views[:2]})
     for _ in range(rounds):
         for n, m in models.items():

@@ -74,7 +74,7 @@ def main() -> None:
         return float(retrieval_metrics(img @ txt.T, c2i)["rsum"])
 
     ref = embed(_session(default / "image.onnx", None))
-    rows, sessions = {"fp32": {"rsum": round(rsum(ref), 2)}}, {}
+    rows, graphs = {"fp32": {"rsum": round(rsum(ref), 2)}}, {}
     with tempfile.TemporaryDirectory() as tmp:
         fp32 = Path(tmp) / "image.fp32.onnx"
         write_fp32_graphs(default, fp32, None, progress=lambda s: None, fp16_storage=False)
@@ -84,21 +84,21 @@ def main() -> None:
             t = time.perf_counter()
             quantize_image_int8(fp32, out, cal, 2, 224, method="percentile", keep_float=keep,
                                 reduce_range=rr, weights=w)  # fmt: skip
-            sessions[name] = _session(out, None)
-            emb = embed(sessions[name])
+            graphs[name] = _session(out, None)
+            emb = embed(graphs[name])
             cos = (emb * ref).sum(1)[:: len(paths) // 48][:48]
             rows[name] = {"rsum": round(rsum(emb), 2),
                           "parity_median": round(float(np.median(cos)), 5),
                           "parity_min": round(float(cos.min()), 5),
                           "quantise_s": round(time.perf_counter() - t, 1)}  # fmt: skip
             print(name, rows[name], flush=True)
-        sessions["fp32"] = _session(default / "image.onnx", None)
+        graphs["fp32"] = _session(default / "image.onnx", None)
         batch = views[:32]
-        times: dict[str, list[float]] = {n: [] for n in sessions}
-        for s in sessions.values():
+        times: dict[str, list[float]] = {n: [] for n in graphs}
+        for s in graphs.values():
             s.run(None, {"views": batch[:2]})
         for _ in range(args.rounds):
-            for n, s in sessions.items():
+            for n, s in graphs.items():
                 t = time.perf_counter()
                 for a in range(0, len(batch), 16):
                     s.run(None, {"views": batch[a : a + 16]})

@@ -189,10 +189,13 @@ def read_onnx_meta(path: Path) -> dict:
     return json.loads((path / "onnx.json").read_text())
 
 
-def verify_onnx(path: Path, meta: dict, precision: str, text_precision: str | None = None) -> None:
+def verify_onnx(
+    path: Path, meta: dict, precision: str | None, text_precision: str | None = None
+) -> None:
     """ModelError naming the file if an ONNX file the given precisions use does not
-    match its recorded sha256 (the other graphs are checked when they are loaded)."""
-    unused = {f for p, f in IMAGE_FILES.items() if p != precision}
+    match its recorded sha256 (the other graphs are checked when they are loaded);
+    ``precision`` None: every file ``onnx.json`` lists."""
+    unused = {f for p, f in IMAGE_FILES.items() if p != (precision or p)}
     unused |= {f for p, f in text_files(meta).items() if p != (text_precision or p)}
     for name, want in meta["sha256"].items():
         if name in unused:

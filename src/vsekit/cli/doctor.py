@@ -27,16 +27,6 @@ def _add_doctor(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=_doctor)
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
 
@@ -51,7 +41,7 @@ def report(model: str = "default", photos: Path | None = None, parity: bool = Tr
     from vsekit.media.images import IMAGE_SUFFIXES
     from vsekit.runtime.loading import load_model
     from vsekit.runtime.parity import int8_parity
-    from vsekit.runtime.precision import cpu_info
+    from vsekit.runtime.precision import cpu_info, cpu_name
 
     cpu = cpu_info()
     out: dict = {
@@ -59,7 +49,7 @@ def report(model: str = "default", photos: Path | None = None, parity: bool = Tr
         "python": platform.python_version(),
         "onnxruntime": onnxruntime.__version__,
         "cpu": {
-            "name": _cpu_name(),
+            "name": cpu_name(),
             "machine": cpu.machine,
             "int8_class": cpu.int8_class,
             "flags": cpu.reported(),
@@ -68,12 +58,11 @@ def report(model: str = "default", photos: Path | None = None, parity: bool = Tr
     path = bundle_dir(model)
     verify_bundle(path)
     meta = read_onnx_meta(path)
-    for precision in ("fp32", "int8"):  # every graph, whichever runs
-        verify_onnx(path, meta, precision)
+    verify_onnx(path, meta, None)  # every graph, whichever runs
     out["bundle"] = {"path": str(path), "verified": sorted(meta["sha256"]),
                      "int8_weights": meta.get("int8_weights")}  # fmt: skip
     choice = load_model(path, backend="onnx").precision_choice  # $VSEKIT_PRECISION too
-    out["precision"] = {"image": choice.image, "text": choice.text, "reason": choice.reason}
+    out["precision"] = choice.as_dict()
     ok = True
     if parity:
         pics = None

@@ -40,8 +40,8 @@ def _model_info(args: argparse.Namespace) -> int:
     info["fingerprint"] = m.fingerprint
     info["captions"] = len(m.captions)
     info["path"] = str(m.path)
-    if (choice := getattr(m, "precision_choice", None)) is not None:
-        info["precision"] = {"image": choice.image, "text": choice.text, "reason": choice.reason}
+    if m.precision_choice is not None:
+        info["precision"] = m.precision_choice.as_dict()
     hub = m.path / HUBNESS_INFO if m.path else None
     info["hubness"] = json.loads(hub.read_text()) if hub and hub.is_file() else None
     if args.json:
@@ -71,7 +71,7 @@ def summary(info: dict, m) -> str:
         cfg = hub.get("config", hub)
         lines.append(f"hubness:   CSLS, beta {cfg.get('beta')}, k {cfg.get('k_text')} / "
                      f"{cfg.get('k_image')}")  # fmt: skip
-    choice = getattr(m, "precision_choice", None)
+    choice = m.precision_choice
     if choice is not None:
         lines.append(f"precision: image {choice.image}, text {choice.text} on this CPU: "
                      f"{choice.reason}")  # fmt: skip

@@ -25,6 +25,7 @@ from vsekit.media.video import Sampling, VideoVectors, embed_video, is_video
 from vsekit.media.views import decode_size
 from vsekit.runtime.hubness import Hubness, caption_bank_texts, read_hubness
 from vsekit.runtime.kinds import FEATURE_KINDS
+from vsekit.runtime.precision import PrecisionChoice
 from vsekit.similarity import similarity, unit
 
 ImageInput = str | os.PathLike | Image.Image
@@ -48,6 +49,8 @@ class BaseModel:
 
     backend = "base"
     precision = "fp32"  # of the image encoder (ONNX Runtime may run int8)
+    #: what the ONNX backend chose for this CPU and why (None: the backend is fp32 only)
+    precision_choice: PrecisionChoice | None = None
 
     def __init__(
         self,

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vsekit.similarity import unit
+
 #: the photos that ship with vsekit (see their README for sources and licences)
 SAMPLE_PHOTOS = Path(__file__).resolve().parents[1] / "assets" / "photos"
 MEDIAN_MIN = 0.995  # median cosine, int8 to fp32, at least this
@@ -88,9 +90,7 @@ def sample_sentences(captions: Sequence[str], n: int = N_INPUTS) -> list[str]:
 
 
 def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    a = a / np.linalg.norm(a, axis=1, keepdims=True)
-    b = b / np.linalg.norm(b, axis=1, keepdims=True)
-    return (a * b).sum(axis=1)
+    return (unit(a) * unit(b)).sum(axis=1)
 
 
 def int8_parity(

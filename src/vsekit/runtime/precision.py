@@ -26,8 +26,9 @@ test suite then measure the parity of what was chosen, on the CPU that runs them
 from __future__ import annotations
 
 import platform
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import cache
+from pathlib import Path
 
 #: x86 features (NumPy's names) with which ONNX Runtime's int8 kernels add products
 #: without saturation. NumPy does not report AVX-VNNI (the VEX form on CPUs without
@@ -77,6 +78,17 @@ def _numpy_features() -> frozenset[str]:
     return frozenset(k for k, v in __cpu_features__.items() if v)
 
 
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, else what the platform says)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 @cache
 def cpu_info() -> CpuInfo:
     """This machine's CPU (cached: it does not change while the process runs)."""
@@ -91,6 +103,9 @@ class PrecisionChoice:
     image: str  # "int8" | "fp32"
     text: str  # "int8" | "fp32": the text graph as stored (its transformer's products)
     reason: str
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
 
 
 #: int8 weight forms that no CPU's kernels saturate, and why (``onnx.json``'s

@@ -28,11 +28,11 @@ def health(svc: Svc) -> dict:
 
     with svc.lock:
         n = len(svc.coll)
-    choice = getattr(svc.model, "precision_choice", None)  # the ONNX backend's
-    precision = {"image": getattr(svc.model, "precision", "fp32"), "text": "fp32",
+    choice = svc.model.precision_choice
+    precision = {"image": svc.model.precision, "text": "fp32",
                  "reason": f"the {svc.model.backend} backend runs fp32"}  # fmt: skip
     if choice is not None:
-        precision = {"image": choice.image, "text": choice.text, "reason": choice.reason}
+        precision = choice.as_dict()
     return {"status": "ok", "images": n, "model": svc.coll.model_name,
             "precision": precision, "cpu": cpu_info().int8_class}  # fmt: skip
 

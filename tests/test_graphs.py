@@ -409,6 +409,8 @@ def _member_text(k: int, **kw):
     (_member_text(0, kind="lstm"), r"members\[0\]: a 'lstm' text encoder"),
     (_member_text(0, bidirectional=True), "a bidirectional GRU"),
     (lambda i: i["config"].update(model={"kind": "w2vv"}), "model kind 'w2vv'"),
+    (lambda i: i["config"]["model"]["members"][1].update(img_norm="l2"),
+     r"members\[1\]: img_norm 'l2'"),
 ])  # fmt: skip
 def test_unsupported_bundles_name_what_is_unsupported(tmp_path, edit, match):
     bundle = _edited_default(tmp_path, edit)

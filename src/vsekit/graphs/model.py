@@ -99,9 +99,16 @@ def _text_section(cfg: dict, where: str) -> dict:
     return text
 
 
+def _image_section(cfg: dict, where: str) -> None:
+    """UnsupportedModel for an image side the writer does not build (input normalisation)."""
+    if cfg.get("img_norm", "none") != "none":
+        raise UnsupportedModel(f"{where}: img_norm {cfg['img_norm']!r}; {PYTORCH_EXPORT}")
+
+
 def _members(cfg: dict) -> list[Member]:
     kind = cfg.get("kind", "joint")
     if kind == "joint":
+        _image_section(cfg, "model")
         return [Member(0, "", 1.0, _text_section(cfg, "model"))]
     if kind != "ensemble":
         raise UnsupportedModel(f"model kind {kind!r}; {PYTORCH_EXPORT}")
@@ -113,6 +120,7 @@ def _members(cfg: dict) -> list[Member]:
     for k, (m, s) in enumerate(zip(sections, ensemble_scales(weights), strict=True)):
         if m.get("kind", "joint") != "joint":
             raise UnsupportedModel(f"model.members[{k}]: kind {m['kind']!r}; {PYTORCH_EXPORT}")
+        _image_section(m, f"model.members[{k}]")
         out.append(Member(k, f"members.{k}.", s, _text_section(m, f"model.members[{k}]")))
     return out
 

@@ -1,7 +1,8 @@
 """The joint image-text embedding of UVS / VSE++ / order embeddings (journal paper 3.2).
 
 Images: a linear map without bias from the (frozen) image features into the joint space,
-L2-normalised (optionally after an MLP, ``img_hidden``). Text: a registered text encoder.
+L2-normalised (optionally after an MLP, ``img_hidden``). The input features may be
+normalised first (``img_norm``). Text: a registered text encoder.
 Both sides share ``embed_dim``; the model's similarity (cosine, order, euclidean) is the one
 its loss trains.
 
@@ -22,6 +23,8 @@ from vsekit.lab.similarity import create_similarity
 from vsekit.lab.text.encoders import TextEncoderConfig, create_text_encoder
 from vsekit.text.vocab import Vocabulary
 
+IMG_NORMS = ("none", "l2", "layernorm")
+
 
 @dataclass
 class JointConfig:
@@ -34,6 +37,9 @@ class JointConfig:
     img_dropout: float = 0.0  # dropout on the input image features (regularises the map)
     img_noise: float = 0.0  # std of Gaussian noise added to image features in training
     img_hidden: list[int] = field(default_factory=list)  # MLP widths before the projection
+    # the input features, before dropout and the map: none | l2 (each row to unit length) |
+    # layernorm (each row standardised, then a learned per-dimension scale and shift)
+    img_norm: str = "none"
 
 
 class JointEmbedding(nn.Module):
@@ -41,7 +47,12 @@ class JointEmbedding(nn.Module):
 
     def __init__(self, img_dim: int, vocab: Vocabulary, cfg: JointConfig) -> None:
         super().__init__()
+        if cfg.img_norm not in IMG_NORMS:
+            raise ValueError(f"model.img_norm: {cfg.img_norm!r} is not one of {IMG_NORMS}")
         self.cfg = cfg
+        # registered only when used, so the state dicts of other models are unchanged
+        if cfg.img_norm == "layernorm":
+            self.img_norm = nn.LayerNorm(img_dim)
         self.text = create_text_encoder(vocab, cfg.text)
         self.embed_dim = cfg.text.embed_dim
         mlp: list[nn.Module] = []
@@ -63,6 +74,10 @@ class JointEmbedding(nn.Module):
     def encode_images(self, features: torch.Tensor) -> torch.Tensor:
         """``[N, F]`` image features (any dtype) -> ``[N, D]`` unit vectors."""
         x = features.to(self.device, torch.float32)
+        if self.cfg.img_norm == "l2":
+            x = nn.functional.normalize(x, dim=1)
+        elif self.cfg.img_norm == "layernorm":
+            x = self.img_norm(x)
         if self.training and self.cfg.img_noise > 0:
             x = x + self.cfg.img_noise * torch.randn_like(x)
         return nn.functional.normalize(self.img_proj(self.img_mlp(self.img_drop(x))), dim=1)

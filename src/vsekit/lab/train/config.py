@@ -84,6 +84,9 @@ class TrainConfig:
     collapse_rsum: float = 10.0  # ... has not started learning (journal paper, section 6)
     collapse_restart: bool = True  # restart once with a sum-loss warm-up (curriculum)
     patience: int = 0  # stop after this many epochs without improvement (0: never)
+    # with patience: on each of the first plateau_decays plateaus, multiply lr by lr_decay
+    # and go on (the count restarts at the curriculum's switch); stop at the next one
+    plateau_decays: int = 0
     max_minutes: float | None = None  # training time budget (evaluation included)
     optimizer: str = "adam"  # adam (AdamW) | rmsprop | sgd | closed_form (linear w2vv only)
     eps: float | None = None  # optimizer epsilon (None: PyTorch's default)
@@ -160,6 +163,11 @@ def validate(cfg: ExperimentConfig, where: str = "config") -> None:
         ),
         (cfg.train.batch_size >= 2, "train.batch_size", ">= 2"),
         (cfg.train.epochs >= 1, "train.epochs", ">= 1"),
+        (
+            cfg.train.plateau_decays == 0 or cfg.train.patience > 0,
+            "train.plateau_decays",
+            "0 unless train.patience is set (a plateau is patience epochs without gain)",
+        ),
         (cfg.train.lr > 0, "train.lr", "> 0"),
         (cfg.train.eval_batch >= 1, "train.eval_batch", ">= 1"),
         (cfg.data.crops >= 1, "data.crops", ">= 1"),
@@ -212,6 +220,10 @@ def _registry_checks(cfg: ExperimentConfig) -> list[tuple[bool, str, str]]:
     ]
     if hasattr(m, "text"):
         out.append((m.text.kind in TEXT_ENCODERS, "model.text.kind", one_of(TEXT_ENCODERS)))
+    if hasattr(m, "img_norm"):
+        from vsekit.lab.models.joint import IMG_NORMS
+
+        out.append((m.img_norm in IMG_NORMS, "model.img_norm", " | ".join(IMG_NORMS)))
     if hasattr(m, "similarity"):
         out.append((m.similarity in SIMILARITIES, "model.similarity", one_of(SIMILARITIES)))
     if cfg.loss.name in LOSSES:

@@ -415,6 +415,17 @@ class Trainer:
                 and epoch + 1 == t.collapse_epochs
                 and state["best_score"] < t.collapse_rsum
             )
+            # patience ends L_S only through the switch: a curriculum's L_S phase is not
+            # stopped (a plain sum-hinge run, whose phase is "sum" too, is)
+            curriculum_ls = state["curriculum"] == "sum_then_max" and state["phase"] == "sum"
+            plateau = (
+                not plan and t.patience and state["bad_epochs"] >= t.patience and not curriculum_ls
+            )
+            if plateau and state.get("decays", 0) < t.plateau_decays:
+                # reduce on plateau, saved with the epoch so that a resume repeats nothing
+                state.update(decays=state.get("decays", 0) + 1, bad_epochs=0)
+                state["events"].append({"epoch": epoch, "event": "lr decay on plateau",
+                                        "decays": state["decays"]})  # fmt: skip
             self._save(self.run, epoch, model, opt, rng, state, best=improved)
             if collapsed:
                 state["events"].append(
@@ -433,7 +444,7 @@ class Trainer:
                 break  # solved exactly: another epoch would give the same weights
             if plan:
                 continue  # the reference's epoch count: no early stop, no time cap
-            if t.patience and state["bad_epochs"] >= t.patience and state["phase"] != "sum":
+            if plateau and state["bad_epochs"] >= t.patience:  # no decay left: stop
                 state["events"].append({"epoch": epoch, "event": "early stop"})
                 break
             if t.max_minutes and state["seconds"] > 60 * t.max_minutes:
@@ -462,7 +473,7 @@ class Trainer:
         lr); recorded in the run's events."""
         ckpt.load_model_weights(model, ckpt.load_pointer(self.run, "best"))
         opt = make_optimizer(model, self.cfg.train)
-        state.update(phase="max", bad_epochs=0)
+        state.update(phase="max", bad_epochs=0, decays=0)
         state["events"].append(
             {"epoch": epoch, "event": "switch to max_hinge", "from_best_epoch":
              state["best_epoch"], "optimizer": "fresh"}
@@ -490,6 +501,7 @@ class Trainer:
         lr = t.lr_max_phase if (state["phase"] == "max" and t.lr_max_phase) else t.lr
         if t.lr_decay_epochs:
             lr *= t.lr_decay ** (epoch // t.lr_decay_epochs)
+        lr *= t.lr_decay ** state.get("decays", 0)  # reduce on plateau (train.plateau_decays)
         for g in opt.param_groups:
             g["lr"] = lr * g.get("lr_scale", 1.0)
 

@@ -1,0 +1,198 @@
+"""The claims grid's runner: which cell next, one runner per cell (locks), resume after a
+kill, and each cell recorded whole.
+
+A cell is one ``vse train`` run in ``RUNS/<cell>`` (under ``~/.cache/vsekit``, never in
+the repository), scored on the selection slice and on dev, and recorded as one JSON file
+(a temporary file, then a rename). A recorded cell is never re-run; a killed run resumes
+from its last epoch, since its run folder holds its checkpoints. Several runners may share
+a grid (one per core): each takes a cell by an exclusive ``flock`` on
+``RUNS/<cell>.lock``, which the kernel drops when a runner dies.
+
+The fair grid (``fair_protocol.py``) runs in the background, niced, one runner:
+
+    nohup nice -n 19 .venv/bin/python benchmarks/research/claims.py --run fair \\
+        > ~/.cache/vsekit/claims/fair-runner.log 2>&1 &
+
+It builds the 2-crop ResNet-50 store first if it is missing (about 25 minutes of one
+core). To stop it, kill its process id (``kill PID``); the same command resumes: the cell
+it was training resumes from its last finished epoch. Its cells land in
+``benchmarks/research/cells_fair/``; commit them, and regenerate the report
+(``python benchmarks/research/claims.py``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import claim_families as families
+import fair_protocol as fair
+from _common import machine, train_run
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNS = Path("~/.cache/vsekit/claims/runs").expanduser()
+FAIR_CELLS = ROOT / "benchmarks" / "research" / "cells_fair"
+F8K = ROOT.parent / "shared" / "data" / "flickr8k"
+STORE = "~/.cache/vsekit/stores/flickr8k-resnet50-c2"
+
+_HELD: dict[str, int] = {}  # cell -> the descriptor whose flock this process holds
+
+
+def claim(name: str) -> bool:
+    """Take cell ``name`` for this process: an exclusive ``flock`` on
+    ``RUNS/<name>.lock``, held until :func:`release` (the kernel drops it when a runner
+    dies, so a killed runner's cell is free again and its run resumes from the last
+    epoch). Lock files are never removed, so two runners always lock the same file."""
+    RUNS.mkdir(parents=True, exist_ok=True)
+    fd = os.open(RUNS / f"{name}.lock", os.O_CREAT | os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return False
+    _HELD[name] = fd
+    return True
+
+
+def release(name: str) -> None:
+    fd = _HELD.pop(name, None)
+    if fd is not None:
+        os.close(fd)
+
+
+def git_commit() -> str:
+    out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def write_cell(folder: Path, name: str, record: dict) -> None:
+    """Record a cell whole or not at all (a temporary file, then a rename)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{name}.tmp"
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    tmp.replace(folder / f"{name}.json")
+
+
+def load_cells(folder: Path) -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
+
+
+def run_log(run: Path) -> tuple[list[dict], list[dict], float]:
+    """``(epochs, events, train seconds)`` from a finished run's folder. The trainer's own
+    clock runs on across a resume, which ``done.json``'s does not."""
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    epochs = [e for e in lines if "event" not in e]
+    events = [e for e in lines if "event" in e]
+    state = json.loads((run / "done.json").read_text())
+    seconds = max(state["seconds"], max((e.get("seconds", 0) for e in epochs), default=0))
+    return epochs, events, seconds
+
+
+def phases(epochs: list[dict]) -> dict[str, int]:
+    """Epochs run under each loss (a curriculum run must show both)."""
+    return {ph: sum(e.get("phase") == ph for e in epochs)
+            for ph in dict.fromkeys(e.get("phase") for e in epochs) if ph}  # fmt: skip
+
+
+def ensure_fair_store() -> None:
+    """Build the 2-crop ResNet-50 store (and fit the FNE on train) if it is missing."""
+    from vsekit.lab.data import load_dataset
+    from vsekit.lab.train.config import DataConfig
+    from vsekit.lab.train.features import ensure_store
+
+    ensure_store(DataConfig(store=STORE, crops=2, features="fne"), load_dataset(F8K))
+
+
+def _value(v: object) -> str:
+    """A ``--set`` value in the config's YAML."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return str(v).lower()
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def run_fair_cell(cell: fair.FairCell) -> dict:
+    """Train ``cell`` (resuming a killed run), score it, and record it atomically."""
+    import yaml
+
+    from vsekit.lab.data import Vocabulary
+    from vsekit.lab.train.config import apply_overrides, config_from_json
+    from vsekit.lab.train.trainer import load_run
+
+    run = RUNS / cell.name
+    t0 = time.perf_counter()
+    margin = yaml.safe_load((ROOT / cell.config).read_text())["loss"]["margin"]
+    sets = [f"{k}={_value(v)}" for k, v in cell.settings(STORE, float(margin)).items()]
+    train_run(run, cell.config, sets, ROOT, collapsed_ok=True)
+    epochs, events, seconds = run_log(run)
+    model, meta = load_run(run)
+    cfg = config_from_json(json.dumps(meta["config"]))
+    vocab = Vocabulary.load(run / "vocab.json")
+    scores = {}
+    for split, extra in (("slice", []), ("dev", ["data.val_from_train=0"])):
+        c = apply_overrides(cfg, extra)
+        scores[split] = families._score_retrieval(model, c, vocab, False, lengths=False)
+    best = json.loads((run / "best.json").read_text()) if (run / "best.json").is_file() else {}
+    record = {
+        "cell": cell.name,
+        "protocol": "fair",
+        "row": cell.row,
+        "recipe": cell.recipe.as_dict(),
+        "seed": cell.seed,
+        "config_file": cell.config,
+        "config": meta["config"],  # the effective configuration the run trained with
+        "date": dt.date.today().isoformat(),
+        "git_commit": git_commit(),
+        "machine": machine(),
+        "train_seconds": round(seconds, 1),
+        "wall_seconds": round(time.perf_counter() - t0, 1),
+        "epochs_run": len(epochs),
+        "best_epoch": best.get("epoch"),
+        "events": events,
+        "hit_cap": len(epochs) >= fair.EPOCH_CAP
+        and not any(e["event"] == "early stop" for e in events),
+        "phases": phases(epochs),
+        **scores,
+    }
+    record["started"] = families.started(record)
+    write_cell(FAIR_CELLS, cell.name, record)
+    return record
+
+
+def run_grid(pending, run_one, folder: Path, max_cells: int = 0, only: str = "") -> None:
+    """Run ``pending(done)``'s cells one at a time until none is left (or ``max_cells``
+    have run): each taken under its lock, each failure reported and skipped."""
+    n, failed = 0, set()
+    while not (max_cells and n >= max_cells):
+        todo = [c for c in pending(load_cells(folder)) if c.name.startswith(only)]
+        cell = next((c for c in todo if c.name not in failed and claim(c.name)), None)
+        if cell is None:
+            break
+        try:
+            if (folder / f"{cell.name}.json").is_file():
+                continue  # another runner recorded it between the listing and the lock
+            print(f"{dt.datetime.now():%Y-%m-%d %H:%M} {cell.name}: training", flush=True)
+            rec = run_one(cell)
+        except (subprocess.CalledProcessError, OSError, ValueError, KeyError) as e:
+            # nothing is recorded for it; this runner goes on with the next cell
+            print(f"{cell.name}: failed ({type(e).__name__}: {e}); not recorded", flush=True)
+            failed.add(cell.name)
+            continue
+        finally:
+            release(cell.name)
+        n += 1
+        k = families.main_metric(rec)
+        print(f"{dt.datetime.now():%Y-%m-%d %H:%M} {rec['cell']}: slice {k} {rec['slice'][k]} "
+              f"dev {k} {rec['dev'][k]}, {rec.get('epochs_run')} epochs "
+              f"({rec['wall_seconds']:.0f} s)", flush=True)  # fmt: skip
+
+
+def run_fair(max_cells: int = 0, only: str = "") -> None:
+    ensure_fair_store()
+    run_grid(fair.pending, run_fair_cell, FAIR_CELLS, max_cells, only)

@@ -1,5 +1,6 @@
-"""benchmarks/claims.py: the declared verdict test, the run order, and that the report's
-claims follow from the recorded cells (synthetic cells here; nothing is trained)."""
+"""benchmarks/research, the claims grid: the declared verdict test, the run order, and
+that the report's claims follow from the recorded cells (synthetic cells here; nothing is
+trained)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import claim_families as families  # noqa: E402
-import claims  # noqa: E402
+from research import families, protocol, report, runner, scoring  # noqa: E402
 
 
 @pytest.mark.parametrize(
@@ -26,24 +26,24 @@ import claims  # noqa: E402
     ],
 )
 def test_verdict_is_the_declared_paired_test(diffs, want):
-    assert claims.verdict(diffs)[0] == want
+    assert protocol.verdict(diffs)[0] == want
 
 
 def test_verdict_boundary_is_two_standard_errors():
     # mean 1, sample std 1, n 3: se = 1/sqrt(3) = 0.577; 2 se = 1.155 > 1
-    assert claims.verdict([0.0, 1.0, 2.0])[0] == "inconclusive"
-    assert claims.verdict([1.0, 2.0, 3.0])[0] == "confirmed"  # mean 2 > 1.155
+    assert protocol.verdict([0.0, 1.0, 2.0])[0] == "inconclusive"
+    assert protocol.verdict([1.0, 2.0, 3.0])[0] == "confirmed"  # mean 2 > 1.155
 
 
 def test_run_order_cheap_families_then_table2_then_fne_targets():
-    order = [c.name for c in claims.pending({})]
+    order = [c.name for c in protocol.pending({})]
     first_t2 = next(i for i, n in enumerate(order) if n.startswith("t2-"))
     assert all(not n.startswith("t2-") for n in order[:first_t2])
     assert order[0].startswith("reg-") and order[-1].startswith("w2vv-bow-fne")
     assert len(order) == len(set(order))
     # a recorded cell is never scheduled again
     done = {order[0]: {}}
-    assert order[0] not in [c.name for c in claims.pending(done)]
+    assert order[0] not in [c.name for c in protocol.pending(done)]
 
 
 def _tag_cell(variant: str, seed: int, p1: float, p5: float) -> tuple[str, dict]:
@@ -58,9 +58,9 @@ def test_family_claims_follow_from_the_cells():
         [_tag_cell("sje2-a0.75", s, 70.0 + s, 72.0) for s in families.SEEDS]
         + [_tag_cell("sje1-a0.75", s, 66.0, 71.0 + s) for s in families.SEEDS]
     )
-    rows = {r.title: r.diffs for r in claims.claim_diffs(done)}
+    rows = {r.title: r.diffs for r in report.claim_diffs(done)}
     assert rows["SJE with Delta(II) beats Delta(I) at p@1"] == [4.0, 5.0, 6.0]
-    assert claims.verdict(rows["SJE with Delta(II) beats Delta(I) at p@1"])[0] == "confirmed"
+    assert protocol.verdict(rows["SJE with Delta(II) beats Delta(I) at p@1"])[0] == "confirmed"
     # ListSJE has no cells: no pairs, no verdict
     assert rows["ListSJE beats SJE Delta(I) at p@5"] == []
     # the alpha claim needs every alpha of a seed; one missing alpha drops that seed
@@ -69,7 +69,7 @@ def test_family_claims_follow_from_the_cells():
             n, c = _tag_cell(f"listsje-a{a:g}", s, 60.0 + (5 if a in (0.5, 0.75) else 0), 70.0)
             done[n] = c
     del done[families.Job("tags", "listsje-a1", 2, "").name]
-    rows = {r.title: r.diffs for r in claims.claim_diffs(done)}
+    rows = {r.title: r.diffs for r in report.claim_diffs(done)}
     alpha = next(d for t, d in rows.items() if t.startswith("alpha in"))
     assert alpha == [5.0, 5.0]
 
@@ -83,7 +83,7 @@ def test_the_alpha_claim_lets_the_slice_choose_and_reports_dev():
                 "slice": {"p1": float(sl), "p5": 0.0},
                 "dev": {"p1": float(dv), "p5": 0.0},
             }
-    rows = {r.title: r.diffs for r in claims.claim_diffs(done)}
+    rows = {r.title: r.diffs for r in report.claim_diffs(done)}
     alpha = next(d for t, d in rows.items() if t.startswith("alpha in"))
     assert alpha == [41.0 - 40.0] * 3  # slice picks 0.5 and 0.25; dev's best would be 99 - 95
 
@@ -93,7 +93,7 @@ def test_report_names_a_refutation_and_its_explanation(monkeypatch):
         [_tag_cell("sje2-a0.75", s, 60.0 - s, 72.0) for s in families.SEEDS]
         + [_tag_cell("sje1-a0.75", s, 66.0, 71.0) for s in families.SEEDS]
     )
-    text = claims.report(done)
+    text = report.report(done)
     line = next(x for x in text.splitlines() if x.startswith("| SJE with Delta(II)"))
     assert line.endswith("| 3 | refuted |")
     assert "**SJE with Delta(II) beats Delta(I) at p@1: refuted.**" in text
@@ -129,7 +129,7 @@ def test_a_poe_run_starts_only_if_the_model_its_max_loss_phase_ends_with_did():
     assert not families.started({"row": "fne-moe", "dev": {"rsum": 8.0}})
     assert families.started({"row": "fc7-moe", "dev": {"rsum": 12.0}})
     # POE keeps L_M at the setting's own learning rate, not its Table 2 config's 1e-4
-    late = families.late_jobs({}, claims.table2_view({}))
+    late = families.late_jobs({}, protocol.table2_view({}))
     poe = [j for j in late if j.family == "poe"]
     moe = [j for j in late if j.family == "moe"]
     assert poe and all("train.lr_max_phase=null" in j.overrides() for j in poe)
@@ -149,14 +149,14 @@ def test_moe_instability_verdicts_follow_the_declared_rules():
     done = _moe_cells("moe", dict.fromkeys(settings, 0))
     v = {t: verdict for t, _, _, _, verdict in families.moe_verdicts(done)}
     assert v["MOE's starts depend on its settings"] == "refuted"
-    assert "**MOE's starts depend on its settings: refuted.**" in claims.report(done)
+    assert "**MOE's starts depend on its settings: refuted.**" in report.report(done)
     # one setting never starts, another always: confirmed
     done = _moe_cells("moe", {**dict.fromkeys(settings, 5), "fc7-abs": 0})
     v = {t: verdict for t, _, _, _, verdict in families.moe_verdicts(done)}
     assert v["MOE's starts depend on its settings"] == "confirmed"
     assert v["POE starts where MOE fails to"] == "not yet run"
     # POE runs at every setting whatever MOE did (scheduling reads no dev figure)
-    poe = {j.name for j in families.late_jobs({}, claims.table2_view({})) if j.family == "poe"}
+    poe = {j.name for j in families.late_jobs({}, protocol.table2_view({})) if j.family == "poe"}
     assert poe == {families.Job("poe", k, s, "").name for k in settings for s in families.MOE_SEEDS}
     for n, want in ((5, "confirmed"), (0, "refuted"), (3, "inconclusive")):
         both = {**done, **_moe_cells("poe", {"fc7-abs": n})}
@@ -165,14 +165,14 @@ def test_moe_instability_verdicts_follow_the_declared_rules():
 
 
 def test_the_second_backbone_runs_its_chosen_recipe_seeds():
-    grid = tuple(claims.GRID)
+    grid = tuple(protocol.GRID)
     done = {}
     for k, (lr, m) in enumerate(grid):
         name = families.Job("lite0", f"fc7-sh-lr{lr:g}-m{m:g}", 0, "").name
         done[name] = {"cell": name, "family": "lite0", "slice": {"rsum": 100.0 + k}}
     lr, m = grid[-1]
     assert families.lite0_variant("fc7", done, grid) == f"fc7-sh-lr{lr:g}-m{m:g}"
-    late = [j.name for j in families.late_jobs(done, claims.table2_view(done))]
+    late = [j.name for j in families.late_jobs(done, protocol.table2_view(done))]
     for s in (1, 2):
         assert families.Job("lite0", f"fc7-sh-lr{lr:g}-m{m:g}", s, "").name in late
     assert not any(n.startswith("lite0-fne-sh") and not n.endswith("-s0") for n in late)
@@ -182,18 +182,18 @@ def test_runners_share_the_grid_through_cell_locks(tmp_path, monkeypatch):
     import subprocess
     import sys
 
-    monkeypatch.setattr(claims, "RUNS", tmp_path)
-    assert claims.claim("t2-x-s0")
-    assert not claims.claim("t2-x-s0")  # held (a second descriptor cannot lock it)
+    monkeypatch.setattr(runner, "RUNS", tmp_path)
+    assert runner.claim("t2-x-s0")
+    assert not runner.claim("t2-x-s0")  # held (a second descriptor cannot lock it)
     other = [sys.executable, "-c", "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR); "
              "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)"]  # fmt: skip
     assert subprocess.run([*other, str(tmp_path / "t2-x-s0.lock")]).returncode != 0
-    claims.release("t2-x-s0")
+    runner.release("t2-x-s0")
     assert subprocess.run([*other, str(tmp_path / "t2-x-s0.lock")]).returncode == 0
     # an empty or stale lock file from a runner that died is no obstacle
     (tmp_path / "t2-y-s0.lock").write_text("")
-    assert claims.claim("t2-y-s0")
-    claims.release("t2-y-s0")
+    assert runner.claim("t2-y-s0")
+    runner.release("t2-y-s0")
 
 
 @pytest.mark.parametrize(
@@ -222,15 +222,15 @@ def test_a_run_that_did_not_start_is_a_finished_cell_only_where_asked(
 
 
 def test_claims_show_the_papers_difference_and_the_stricter_t_test():
-    assert claims.paper_difference("fc7-mh", "fc7-sh") == "+5.9"  # 253.1 - 247.2
-    assert claims.paper_difference("fne-soe", "fne-sh") == "-0.7"
-    assert claims.paper_difference("fc7-soe", "reg-lstm-glove") == "+1.6 t2i R@1"
+    assert protocol.paper_difference("fc7-mh", "fc7-sh") == "+5.9"  # 253.1 - 247.2
+    assert protocol.paper_difference("fne-soe", "fne-sh") == "-0.7"
+    assert protocol.paper_difference("fc7-soe", "reg-lstm-glove") == "+1.6 t2i R@1"
     # paired differences 1, 2, 3: t = 3.46 passes 2 SE but not the 95% t-test at 2 df
     done = dict(
         [_tag_cell("sje2-a0.75", s, 66.0 + s + 1, 72.0) for s in families.SEEDS]
         + [_tag_cell("sje1-a0.75", s, 66.0, 71.0) for s in families.SEEDS]
     )
-    text = claims.report(done)
+    text = report.report(done)
     line = next(x for x in text.splitlines() if x.startswith("| SJE with Delta(II)"))
     assert "| +0.7 |" in line and "+2.0 ± 0.6, t +3.5" in line and line.endswith("| confirmed |")
     lenient = next(x for x in text.splitlines() if x.startswith("Verdicts the declared 2-SE"))
@@ -240,7 +240,7 @@ def test_claims_show_the_papers_difference_and_the_stricter_t_test():
         [_tag_cell("sje2-a0.75", s, 76.0 + s, 72.0) for s in families.SEEDS]
         + [_tag_cell("sje1-a0.75", s, 66.0, 71.0) for s in families.SEEDS]
     )
-    assert "Verdicts the declared 2-SE" not in claims.report(done)
+    assert "Verdicts the declared 2-SE" not in report.report(done)
 
 
 def _probe(cells: dict[str, dict], flat: bool, ratio: float) -> None:
@@ -259,9 +259,9 @@ def test_the_moe_caveat_names_the_flat_state_from_the_recorded_order_stats():
     settings = [f"{f}-{n}" for f in ("fc7", "fne") for n in families.MOE_SETTINGS]
     starts = {**dict.fromkeys(settings, 5), "fc7-bl": 0, "fne-bl": 0}
     done = _moe_cells("moe", starts)
-    assert claims.moe_note({}) == ""  # nothing until every MOE run is recorded
+    assert report.moe_note({}) == ""  # nothing until every MOE run is recorded
     # without order_stats: where the starts differ from the paper's, and what is unprobed
-    note = claims.moe_note(done)
+    note = report.moe_note(done)
     assert note.startswith("Which settings start is not the paper's: fc7-bl 0/5 (paper 5/5)")
     assert "fc7-bl-abs 5/5 (paper 0/5)" in note and "fne-bl 0/5" not in note  # paper 0/5
     assert "end in the order loss's flat state" not in note
@@ -270,16 +270,16 @@ def test_the_moe_caveat_names_the_flat_state_from_the_recorded_order_stats():
     failed = {k: c for k, c in done.items() if c["dev_last"]["rsum"] < families.STARTED}
     _probe(done, flat=False, ratio=1.07)
     _probe(failed, flat=True, ratio=0.9994)
-    note = claims.moe_note(done)
+    note = report.moe_note(done)
     assert "10 of the 10 runs that did not start (fc7-bl, fne-bl) end in the order" in note
     assert "98.5% of dev's image-caption pairs are free of order violation" in note
     assert "Every run without abs (10, FC7 and FNE) ended there, and none with abs did." in note
     assert "not in a flat state" not in note and "not yet probed" not in note
-    assert f"**MOE's starts depend on its settings.** {note}" in claims.report(done)
+    assert f"**MOE's starts depend on its settings.** {note}" in report.report(done)
     # one run with abs that did not start but is not in the flat state is told apart
     slow = done[families.Job("moe", "fne-abs", 0, "").name]
     slow["dev_last"]["rsum"] = 8.2
-    note = claims.moe_note(done)
+    note = report.moe_note(done)
     assert "10 of the 11 runs that did not start" in note
     assert (
         "The other run that did not start (fne-abs) is not in a flat state (no dev "
@@ -288,10 +288,10 @@ def test_the_moe_caveat_names_the_flat_state_from_the_recorded_order_stats():
         "stuck."
     ) in note
     slow["order_stats"]["loss_over_margin_total"][-1]["ratio"] = 25.0  # rose: not said
-    assert "after 4 epochs, under the criterion's 10. The paper" in claims.moe_note(done)
+    assert "after 4 epochs, under the criterion's 10. The paper" in report.moe_note(done)
     # a run not yet probed is named, not counted either way
     del done[families.Job("moe", "fc7-bl", 0, "").name]["order_stats"]
-    note = claims.moe_note(done)
+    note = report.moe_note(done)
     assert "9 of the 11 runs that did not start" in note
     assert "Every run without abs" not in note
     assert note.endswith("1 run not yet probed for the flat state (python "
@@ -299,8 +299,8 @@ def test_the_moe_caveat_names_the_flat_state_from_the_recorded_order_stats():
 
 
 def test_the_readme_states_the_headline_findings_in_three_lines(monkeypatch):
-    def cd(title: str, diffs: list[float]) -> claims.ClaimDiffs:
-        return claims.ClaimDiffs(title, "001", "dev rsum", diffs, "", "", "")
+    def cd(title: str, diffs: list[float]) -> protocol.ClaimDiffs:
+        return protocol.ClaimDiffs(title, "001", "dev rsum", diffs, "", "", "")
 
     got = [
         cd("MH beats SH (FC7)", [13.0, 14.0, 13.5]),
@@ -313,13 +313,13 @@ def test_the_readme_states_the_headline_findings_in_three_lines(monkeypatch):
         cd("Baseline + weight beats the baseline", [0.5, 0.5, 0.5]),
         cd("ListSJE beats SJE Delta(II) at p@5", [3.0]),  # not yet at 3 seeds
     ]
-    monkeypatch.setattr(claims, "claim_diffs", lambda done: got)
+    monkeypatch.setattr(report, "claim_diffs", lambda done: got)
     monkeypatch.setattr(
         families,
         "moe_verdicts",
         lambda done: [("MOE's starts depend on its settings", "", "", "fc7-bl 0/5", "confirmed")],
     )
-    lines = claims.readme_lines({})
+    lines = report.readme_lines({})
     assert len(lines) == 3
     assert lines[1].startswith(
         "* 9 claims with a verdict: 2 confirmed, 5 refuted, "
@@ -340,14 +340,14 @@ def test_the_readme_states_the_headline_findings_in_three_lines(monkeypatch):
 def test_the_poe_refutation_is_explained_from_the_recorded_order_stats():
     settings = [f"{f}-{n}" for f in ("fc7", "fne") for n in families.MOE_SETTINGS]
     done = _moe_cells("moe", {**dict.fromkeys(settings, 5), "fc7-bl": 0, "fne-abs": 1})
-    assert claims.poe_explanation(done) == ""  # POE not yet run
+    assert report.poe_explanation(done) == ""  # POE not yet run
     poe = _moe_cells("poe", {"fc7-bl": 0, "fne-abs": 3})
     _probe({k: c for k, c in poe.items() if c["variant"] == "fne-abs"}, flat=False, ratio=1.1)
     _probe({k: c for k, c in poe.items() if c["variant"] == "fc7-bl"}, flat=True, ratio=0.9994)
     done |= poe
     v = {t: verdict for t, _, _, _, verdict in families.moe_verdicts(done)}
     assert v["POE starts where MOE fails to"] == "refuted"
-    why = claims.poe_explanation(done)
+    why = report.poe_explanation(done)
     assert why.startswith("Where MOE failed, POE started fc7-bl 0/5 (MOE 0/5), fne-abs 3/5")
     assert "5 runs of POE that did not start (fc7-bl) had learned before it ended" in why
     assert "(0 of 5 in the L_S phase), reached dev rsum 50.0" in why
@@ -355,15 +355,15 @@ def test_the_poe_refutation_is_explained_from_the_recorded_order_stats():
     assert "2 runs of POE that did not start (fne-abs) are not in that state" in why
     assert "A model L_S has trained did not keep L_M out of it." in why
     kept = done | _moe_cells("moe", {"fne-bl": 0}) | _moe_cells("poe", {"fne-bl": 5})
-    why_kept = claims.poe_explanation(kept)
+    why_kept = report.poe_explanation(kept)
     assert "Without abs at fne-bl, POE's runs all started" in why_kept
     assert "did not keep L_M out of it" not in why_kept
-    assert f"**POE starts where MOE fails to: refuted.** {why}" in claims.report(done)
+    assert f"**POE starts where MOE fails to: refuted.** {why}" in report.report(done)
     # unprobed runs are named, not counted as outside the flat state; a run that never
     # reached L_M is said so
     del done[families.Job("poe", "fc7-bl", 0, "").name]["order_stats"]
     done[families.Job("poe", "fc7-bl", 1, "").name]["phases"] = {"sum": 4}
-    why = claims.poe_explanation(done)
+    why = report.poe_explanation(done)
     assert "3 runs of POE that did not start (fc7-bl)" in why
     assert "1 run never reached L_M (counted as not started)." in why
     assert why.endswith("1 run not yet probed for the flat state (python "
@@ -382,11 +382,11 @@ def test_violation_shares_match_a_pair_by_pair_count():
             for n in range(7)
             for m in range(11)
         )
-        got = families.violation_shares(img, txt, use_abs, chunk=2)
+        got = scoring.violation_shares(img, txt, use_abs, chunk=2)
         assert got["zero_violation_pairs"] == round(zero / 77, 4)
         assert got["image_coords_nonneg"] == round(float((i >= 0).float().mean()), 4)
         assert got["caption_coords_nonpos"] == round(float((t <= 0).float().mean()), 4)
-    assert families.violation_shares(img, txt, False)["zero_violation_pairs"] >= 12 / 77
+    assert scoring.violation_shares(img, txt, False)["zero_violation_pairs"] >= 12 / 77
     # images in the non-negative orthant, captions in the non-positive one: all flat
-    flat = families.violation_shares(img.abs(), -txt.abs(), False)
+    flat = scoring.violation_shares(img.abs(), -txt.abs(), False)
     assert flat["zero_violation_pairs"] == 1.0

@@ -1,11 +1,14 @@
-"""The seeds' claims, re-tested: one command for the grid and its report.
+"""The seeds' claims, re-tested: one command for the grids and their report.
 
-    python benchmarks/research/claims.py --run fair   # train the fair grid's missing cells
-    python benchmarks/research/claims.py --list fair  # print them, in order
+    python benchmarks/research/claims.py                # docs/claims.md, claims.png, README
+    python benchmarks/research/claims.py --run fair     # train the fair grid's missing cells
+    python benchmarks/research/claims.py --list fair    # print them, in order
 
-The protocols are ``protocol.py`` (the first, cells in ``benchmarks/claims/``) and
-``fair_protocol.py`` (issue 41, cells in ``benchmarks/research/cells_fair/``); the runner
-is ``runner.py``.
+Three parts, one module each: the protocols as data and rules (``protocol.py``, the first
+protocol, cells in ``benchmarks/claims/``; ``families.py``, the claims beyond Table 2;
+``fair_protocol.py``, issue 41's, cells in ``benchmarks/research/cells_fair/``), the
+runner (``runner.py``: scheduling, locks, resume; ``scoring.py``), and the report
+(``report.py``, with the prose of ``explanations.py``).
 """
 
 from __future__ import annotations
@@ -14,26 +17,40 @@ import argparse
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
+from research import fair_protocol as fair  # noqa: E402
+from research import protocol, report, runner  # noqa: E402
 
-import fair_protocol as fair  # noqa: E402
-import runner  # noqa: E402
+GRIDS = {"first": (protocol.pending, protocol.CELLS), "fair": (fair.pending, runner.FAIR_CELLS)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--run", choices=["fair"], help="train the grid's missing cells")
-    ap.add_argument("--list", choices=["fair"], help="print the grid's pending cells")
+    ap.add_argument("--run", choices=GRIDS, help="train the grid's missing cells")
+    ap.add_argument("--list", choices=GRIDS, help="print the grid's pending cells and stop")
     ap.add_argument("--max-cells", type=int, default=0, help="stop after this many (0: all)")
     ap.add_argument("--only", default="", help="only cells whose name starts with this")
+    ap.add_argument("--add-lengths", action="store_true",
+                    help="add recall by caption length to the recorded cells of the "
+                    "regression report's rows that lack it (from their runs)")  # fmt: skip
+    ap.add_argument("--add-order-stats", action="store_true",
+                    help="add how near the order loss's flat state each recorded MOE/POE "
+                    "run ends (from their runs)")  # fmt: skip
     args = ap.parse_args()
+    if args.add_lengths:
+        runner.add_lengths(protocol.load_cells())
+    if args.add_order_stats:
+        runner.add_order_stats(protocol.load_cells())
     if args.list:
-        for c in fair.pending(runner.load_cells(runner.FAIR_CELLS)):
+        pending, folder = GRIDS[args.list]
+        for c in pending(protocol.load_cells(folder)):
             print(c.name)
         return
-    if args.run:
+    if args.run == "fair":
         runner.run_fair(args.max_cells, args.only)
+    elif args.run == "first":
+        runner.run_first(args.max_cells, args.only)
+    report.write(protocol.load_cells())
 
 
 if __name__ == "__main__":

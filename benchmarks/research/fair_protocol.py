@@ -124,6 +124,7 @@ class Recipe:
 class FairCell:
     """One training run of the fair grid."""
 
+    family = "fair"  # for the scoring of every grid's cells (not a field)
     row: str  # FEATURE-PIPELINE, e.g. "fnef-soe"
     recipe: Recipe
     seed: int

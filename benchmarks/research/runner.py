@@ -30,15 +30,15 @@ import subprocess
 import time
 from pathlib import Path
 
-import claim_families as families
-import fair_protocol as fair
 from _common import machine, train_run
 
+from . import fair_protocol as fair
+from . import families, scoring
+from .protocol import CELLS, REG_BASE, REG_TEXT, RUNS, STORE, Cell, load_cells
+from .scoring import F8K, score_table2
+
 ROOT = Path(__file__).resolve().parents[2]
-RUNS = Path("~/.cache/vsekit/claims/runs").expanduser()
 FAIR_CELLS = ROOT / "benchmarks" / "research" / "cells_fair"
-F8K = ROOT.parent / "shared" / "data" / "flickr8k"
-STORE = "~/.cache/vsekit/stores/flickr8k-resnet50-c2"
 
 _HELD: dict[str, int] = {}  # cell -> the descriptor whose flock this process holds
 
@@ -76,10 +76,6 @@ def write_cell(folder: Path, name: str, record: dict) -> None:
     tmp = folder / f".{name}.tmp"
     tmp.write_text(json.dumps(record, indent=2) + "\n")
     tmp.replace(folder / f"{name}.json")
-
-
-def load_cells(folder: Path) -> dict[str, dict]:
-    return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
 
 
 def run_log(run: Path) -> tuple[list[dict], list[dict], float]:
@@ -121,23 +117,14 @@ def run_fair_cell(cell: fair.FairCell) -> dict:
     """Train ``cell`` (resuming a killed run), score it, and record it atomically."""
     import yaml
 
-    from vsekit.lab.data import Vocabulary
-    from vsekit.lab.train.config import apply_overrides, config_from_json
-    from vsekit.lab.train.trainer import load_run
-
     run = RUNS / cell.name
     t0 = time.perf_counter()
     margin = yaml.safe_load((ROOT / cell.config).read_text())["loss"]["margin"]
     sets = [f"{k}={_value(v)}" for k, v in cell.settings(STORE, float(margin)).items()]
     train_run(run, cell.config, sets, ROOT, collapsed_ok=True)
     epochs, events, seconds = run_log(run)
-    model, meta = load_run(run)
-    cfg = config_from_json(json.dumps(meta["config"]))
-    vocab = Vocabulary.load(run / "vocab.json")
-    scores = {}
-    for split, extra in (("slice", []), ("dev", ["data.val_from_train=0"])):
-        c = apply_overrides(cfg, extra)
-        scores[split] = families._score_retrieval(model, c, vocab, False, lengths=False)
+    meta = json.loads((run / "config.json").read_text())
+    scores = scoring.score(cell, run)  # slice and dev at the slice's best epoch
     best = json.loads((run / "best.json").read_text()) if (run / "best.json").is_file() else {}
     record = {
         "cell": cell.name,
@@ -165,6 +152,88 @@ def run_fair_cell(cell: fair.FairCell) -> dict:
     return record
 
 
+# ------------------------------------------------------------ the first protocol
+def run_cell(cell: Cell | families.Job) -> dict:
+    """Train ``cell`` (resuming a killed run), score it, and record it atomically."""
+    run = RUNS / cell.name
+    t0 = time.perf_counter()
+    train_run(run, cell.config, cell.overrides(), ROOT, collapsed_ok=True)
+    state = json.loads((run / "done.json").read_text())
+    log = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    log = [e for e in log if "event" not in e]  # epochs only
+    # the trainer's own clock runs on across a resume, which done.json's does not
+    seconds = max(state["seconds"], max((e.get("seconds", 0) for e in log), default=0))
+    best = json.loads((run / "best.json").read_text()) if (run / "best.json").is_file() else {}
+    if isinstance(cell, Cell):
+        what = {"row": cell.row, "recipe": cell.recipe}
+    else:
+        what = {"family": cell.family, "variant": cell.variant}
+    record = {
+        "cell": cell.name,
+        **what,
+        "seed": cell.seed,
+        "config": cell.config,
+        "overrides": cell.overrides(),
+        "date": dt.date.today().isoformat(),
+        "git_commit": git_commit(),
+        "machine": machine(),
+        "train_seconds": round(seconds, 1),
+        "collapsed_flag": bool(state.get("collapsed")),  # below rsum 10 on the slice at epoch 5
+        "wall_seconds": round(time.perf_counter() - t0, 1),
+        "epochs_run": len(log),
+        "best_epoch": best.get("epoch"),
+    }
+    # epochs run under each loss (a curriculum run must show both)
+    record["phases"] = phases(log)
+    if isinstance(cell, Cell):
+        record |= score_table2(run, STORE)
+        record["started"] = families.started(record)  # dev rsum at the slice's epoch
+    else:
+        record |= scoring.score(cell, run)
+    write_cell(CELLS, cell.name, record)
+    return record
+
+
+def add_lengths(done: dict[str, dict]) -> None:
+    """Re-score the runs of recorded cells of FC7-SOE and the report's encoders that
+    predate recall by caption length, check that their recorded dev metrics come out
+    unchanged, and add ``dev.by_length``."""
+    for name, c in done.items():
+        if c.get("row") not in (REG_BASE, *REG_TEXT) or "by_length" in c["dev"]:
+            continue
+        run = RUNS / name
+        if not (run / "done.json").is_file():
+            print(f"{name}: its run is not on this machine; left as recorded")
+            continue
+        new = score_table2(run, STORE)["dev"]
+        drift = {k: (v, new[k]) for k, v in c["dev"].items() if abs(new[k] - v) > 0.01}
+        if drift:
+            raise SystemExit(f"{name}: re-scored dev metrics differ from the record: {drift}")
+        c["dev"]["by_length"] = new["by_length"]
+        c["rescored"] = {"date": dt.date.today().isoformat(), "added": ["dev.by_length"]}
+        write_cell(CELLS, name, c)
+        print(f"{name}: recall by caption length added (dev metrics re-scored unchanged)")
+
+
+def add_order_stats(done: dict[str, dict]) -> None:
+    """Add ``order_stats`` (see :func:`scoring.order_stats`) to the recorded
+    instability cells (MOE, POE) that lack it (those recorded before the runner scored
+    it), from their runs' last checkpoints."""
+    for name, c in done.items():
+        if c.get("family") not in ("moe", "poe") or "order_stats" in c:
+            continue
+        run = RUNS / name
+        if not (run / "done.json").is_file():
+            print(f"{name}: its run is not on this machine; left as recorded")
+            continue
+        c["order_stats"] = scoring.order_stats(run)
+        c.setdefault("added", []).append(
+            {"date": dt.date.today().isoformat(), "field": "order_stats"})  # fmt: skip
+        write_cell(CELLS, name, c)
+        print(f"{name}: order_stats added")
+
+
+# ------------------------------------------------------------ the loop
 def run_grid(pending, run_one, folder: Path, max_cells: int = 0, only: str = "") -> None:
     """Run ``pending(done)``'s cells one at a time until none is left (or ``max_cells``
     have run): each taken under its lock, each failure reported and skipped."""
@@ -196,3 +265,10 @@ def run_grid(pending, run_one, folder: Path, max_cells: int = 0, only: str = "")
 def run_fair(max_cells: int = 0, only: str = "") -> None:
     ensure_fair_store()
     run_grid(fair.pending, run_fair_cell, FAIR_CELLS, max_cells, only)
+
+
+def run_first(max_cells: int = 0, only: str = "") -> None:
+    """The first protocol's missing cells (``protocol.pending``)."""
+    from . import protocol
+
+    run_grid(protocol.pending, run_cell, CELLS, max_cells, only)

@@ -1,5 +1,5 @@
 """The claims beyond Table 2, as families of recorded cells (run and reported by
-``benchmarks/claims.py``).
+``benchmarks/research/claims.py``).
 
 Each family trains ``vse train`` runs under one declared protocol, records each
 (variant, seed) as ``benchmarks/claims/<family>-<variant>-s<seed>.json``, and names the
@@ -21,14 +21,26 @@ claims its cells test. Every run selects its epoch on the 500 train images carve
   "baseline + weight" (each image's five captions averaged into one query, the report's
   own setting). Metric: t2i R@1.
 
-The claims compare two series seed by seed with the declared test in ``claims.py``.
+The claims compare two series seed by seed with the declared test in ``protocol.py``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+
+from .explanations import (
+    EXPLAIN_ALPHA,
+    EXPLAIN_DELTA,
+    EXPLAIN_FLOAT,
+    EXPLAIN_LAYERS,
+    EXPLAIN_LITE0,
+    EXPLAIN_TERNARY,
+    EXPLAIN_THRESHOLDS,
+    EXPLAIN_W2VV_FNE,
+    NOTE_ALPHA0,
+    NOTE_W2V,
+)
 
 SEEDS = (0, 1, 2)
 TAG_EPOCHS = 10
@@ -185,146 +197,11 @@ def jobs() -> list[Job]:
     return out
 
 
-# ------------------------------------------------------------------ scoring
 def main_metric(cell: dict) -> str:
     """The metric a recorded cell is selected and summarised by."""
     return {"tags": "p1", "reg": "t2i_r1"}.get(cell.get("family", ""), "rsum")
 
 
-def score(job: Job, run: Path) -> dict:
-    """``{"slice": {...}, "dev": {...}}``: the run's best checkpoint (chosen on the slice)
-    scored on the slice and on dev; for the instability runs (MOE, POE) also ``dev_last``,
-    the last checkpoint on dev (see :func:`started`), and its ``order_stats``."""
-    import json
-
-    from vsekit.lab.data import Vocabulary
-    from vsekit.lab.train.config import apply_overrides, config_from_json
-    from vsekit.lab.train.trainer import load_run
-
-    model, meta = load_run(run)
-    cfg = config_from_json(json.dumps(meta["config"]))
-    vocab = Vocabulary.load(run / "vocab.json")
-    out = {}
-    for split, sets in (("slice", []), ("dev", ["data.val_from_train=0"])):
-        c = apply_overrides(cfg, sets)
-        out[split] = (
-            _score_tags(model, c)
-            if job.family == "tags"
-            else _score_retrieval(model, c, vocab, job.family == "reg", lengths=split == "dev")
-        )
-    if job.family in ("moe", "poe"):  # c is the dev config, from the loop's last pass
-        last, _ = load_run(run, "last")
-        out["dev_last"] = _score_retrieval(last, c, vocab, False, lengths=False)
-        out["order_stats"] = order_stats(run)
-    return out
-
-
-def violation_shares(img, txt, use_abs: bool, chunk: int = 50) -> dict[str, float]:
-    """For ``img`` ``[N, D]`` and ``txt`` ``[M, D]`` tensors (after ``abs`` when
-    ``use_abs``): the share of the ``N x M`` pairs whose order violation
-    ``sum_d max(0, t_d - i_d)^2`` is under 1e-6, in chunks of ``chunk`` images (a
-    ``[chunk, M, D]`` difference), and the shares of image coordinates that are
-    non-negative and of caption coordinates that are non-positive."""
-    if use_abs:
-        img, txt = img.abs(), txt.abs()
-    zero = sum(
-        int(((txt[None] - img[a : a + chunk, None]).clamp(min=0).square().sum(-1) < 1e-6).sum())
-        for a in range(0, len(img), chunk)
-    )
-    return {
-        "zero_violation_pairs": round(zero / (len(img) * len(txt)), 4),
-        "image_coords_nonneg": round(float((img >= 0).float().mean()), 4),
-        "caption_coords_nonpos": round(float((txt <= 0).float().mean()), 4),
-    }
-
-
-def order_stats(run: Path) -> dict:
-    """How near an instability run's last model is to the order loss's flat state.
-
-    With ``E(i, t) = sum_d max(0, t_d - i_d)^2`` (the order violation, after ``abs``
-    where the model takes it), every hinge of L_M is ``margin + E(pos) - E(neg)``, so a
-    model under which no pair violates the order has loss ``2 * batch * margin`` per
-    batch and zero gradient (``max(0, x)^2`` is flat at 0). On dev (1,000 images x
-    5,000 captions): the share of pairs with ``E < 1e-6``, of image coordinates that are
-    non-negative and of caption coordinates that are non-positive; and each epoch's mean
-    training loss per batch over ``2 * batch * margin`` (from the run's metrics.jsonl;
-    1 when every hinge sits at the margin, meaningful for L_M epochs only)."""
-    import json
-
-    from vsekit.lab.data import Vocabulary
-    from vsekit.lab.eval.model_eval import encode_all
-    from vsekit.lab.train.config import apply_overrides, config_from_json
-    from vsekit.lab.train.trainer import load_run, load_train_data
-
-    model, meta = load_run(run, "last")
-    cfg = apply_overrides(config_from_json(json.dumps(meta["config"])), ["data.val_from_train=0"])
-    data = load_train_data(cfg, vocab=Vocabulary.load(run / "vocab.json"), progress=False)
-    img, txt = (x.float() for x in encode_all(model, data.dev_feats, data.dev_texts))
-    per_epoch = {}
-    for line in (run / "metrics.jsonl").read_text().splitlines():
-        if line.strip():  # a resumed run repeats an epoch: the last record is the run's
-            r = json.loads(line)
-            per_epoch[r["epoch"]] = r
-    at_margin = 2 * cfg.train.batch_size * cfg.loss.margin
-    return {
-        **violation_shares(img, txt, cfg.model.abs),
-        "loss_over_margin_total": [
-            {"epoch": e, "phase": r["phase"], "ratio": round(r["loss"] / at_margin, 4)}
-            for e, r in sorted(per_epoch.items())
-        ],
-    }
-
-
-def _score_tags(model, cfg) -> dict:
-    from vsekit.lab.train.tags import load_tag_data
-
-    m = load_tag_data(cfg, progress=False).evaluate(model)
-    return {k: round(float(v), 2) for k, v in m.items()}
-
-
-def _score_retrieval(model, cfg, vocab, weighted: bool, lengths: bool) -> dict:
-    import numpy as np
-
-    from vsekit.lab.eval import evaluate_model
-    from vsekit.lab.eval.model_eval import caption_ranks
-    from vsekit.lab.eval.text_retrieval import recall_by_length
-    from vsekit.lab.train.trainer import load_train_data
-    from vsekit.text.tokenizer import tokenize
-
-    data = load_train_data(cfg, vocab=vocab, progress=False)
-    m = evaluate_model(model, data.dev_feats, data.dev_texts, data.dev_c2i)
-    out = {k: round(float(v), 2) for k, v in m.items()}
-    if weighted:  # baseline + weight: each image's captions averaged into one query
-        w = evaluate_model(model, data.dev_feats, data.dev_texts, data.dev_c2i, queries="image")
-        out["weighted"] = {k: round(float(v), 2) for k, v in w.items()}
-        out["hubs"], out["weighted"]["hubs"] = hub_stats(model, data)
-    if lengths:
-        ranks = caption_ranks(model, data.dev_feats, data.dev_texts, data.dev_c2i)
-        n = np.array([len(tokenize(t)) for t in data.dev_texts])
-        out["by_length"] = recall_by_length(ranks, n, LENGTH_EDGES)
-    return out
-
-
-def hub_stats(model, data) -> tuple[dict, dict]:
-    """How concentrated text-to-image retrieval is, per caption and per pooled query:
-    the distinct images ranked first, and the share of all first places that the 10
-    most frequent of them take (a hub is an image that is every query's neighbour)."""
-    import numpy as np
-
-    from vsekit.lab.eval.model_eval import encode_all, pool_per_image, similarity_matrix
-
-    img, txt = encode_all(model, data.dev_feats, data.dev_texts)
-    normalize = getattr(model.cfg, "similarity", "cosine") == "cosine"
-    out = []
-    for q in (txt, pool_per_image(txt, data.dev_c2i, normalize)):
-        first = similarity_matrix(model, img, q).argmax(0).numpy()
-        counts = np.sort(np.unique(first, return_counts=True)[1])[::-1]
-        out.append({"distinct_first": int(len(counts)),
-                    "top10_share": round(float(counts[:10].sum() / len(first)), 3)})  # fmt: skip
-    return out[0], out[1]
-
-
-# ------------------------------------------------------------------ claims
 @dataclass
 class FamilyClaim:
     """``better`` beats ``worse`` seed by seed; each is a function of a recorded cell."""
@@ -378,90 +255,6 @@ def length_bin(cells_of: Callable[[dict[str, dict], int], dict | None], label: s
         return None if not hit or hit[0][k] is None else float(hit[0][k])
 
     return get
-
-
-NOTE_W2V = (
-    "Our stand-in for the paper's word2vec is the mean of 50-d GloVe 6B vectors, the only "
-    "word vectors on this machine (the paper's were 500-d, trained on Flickr tags), and the "
-    "paper's own gap is small (31.9 against 33.6 i2t R@1, equal R@10): the size of the "
-    "margin here says more about that stand-in than about the input layer."
-)
-
-EXPLAIN_THRESHOLDS = (
-    "Other thresholds move the ternarised FNE but do not close its gap to pool5: -0.5/0.5 "
-    "(fewer, more atypical features kept) wins back part of it and 0/0 (the sign alone) "
-    "loses more, while the same activations without thresholds rank level with pool5 (the "
-    "FNE-variant table). The ternarisation is what costs the FNE here; see the FNE claims' "
-    "explanation."
-)
-
-EXPLAIN_FLOAT = (
-    "Without its thresholds the FNE of all 17 blocks ranks level with L2-normalised pool5, "
-    "within the spread over seeds. Against pool5's block given the same standardisation it "
-    "gains clearly (the claims on pool5's block), so the other blocks help; the "
-    "standardisation itself costs about as much as they add (the pool5-float row against "
-    "the one-layer row of the FNE-variant table)."
-)
-
-EXPLAIN_LITE0 = (
-    "On the second backbone too the FNE (its blocks' pooled outputs, 3,120-d, standardised "
-    "and ternarised) ranks below the pooled last block fed L2-normalised, by a smaller "
-    "margin than on ResNet-50. The variant cells that find the ternarisation to be the "
-    "cost ran on ResNet-50 only; we expect the same cause here and have not tested it."
-)
-
-EXPLAIN_LAYERS = (
-    "The FNE's case (000) is that features of every level of specificity help. On this "
-    "pipeline and budget the blocks below layer3 change the dev rsum by less than its "
-    "spread over three seeds (the FNE-variant table): what they add, if anything, is "
-    "small against what the ternarisation takes from every block (see the FNE claims' "
-    "explanation), and three seeds cannot resolve it."
-)
-
-EXPLAIN_W2VV_FNE = (
-    "Word2VisualVec regresses a caption onto the image's feature vector itself and ranks "
-    "images by cosine against the prediction, so with FNE targets it must predict the "
-    "FNE's 15,168 ternary values (-1, 0, 1) from a bag of words, by mean squared error, "
-    "where with pool5 it predicts 2,048 activations. The SH pipeline's "
-    "variant claims find the ternarisation to be what costs the FNE there, through a "
-    "learned projection of it; here the ternary vector is the target, every dimension "
-    "weighing alike in the loss, and no projection can re-weight it. The budget is equal "
-    "in epochs, and the output layer over seven times wider. We have not run an FNE-float "
-    "target or a longer budget, which would tell the two apart."
-)
-
-
-EXPLAIN_TERNARY = (
-    "The journal hypothesises that the FNE's three values 'make for a more natural mapping "
-    "to a linguistic representation of concepts' (section 1) and concludes that its results "
-    "confirm that 'the richer and discrete representation' helps (section 7), but it never "
-    "runs the same features without the discretisation. Its thresholds keep only whether a "
-    "feature is atypically high or low, and drop by how much; on ResNet-50's activations "
-    "the linear image projection of the SH pipeline uses that magnitude (the FNE-variant "
-    "table), and the wider -0.5/0.5 thresholds, which keep only the more atypical "
-    "features, lose less of it than the default ones."
-)
-
-NOTE_ALPHA0 = (
-    "The paper says it of p@5 in a passage on compound-noun tags; in its nouns table, the "
-    "tags used here, ListSJE's alpha = 0.5 is level with alpha = 0 (74.2 both), so the "
-    "paper's own margin over alpha = 0.75 is small."
-)
-
-EXPLAIN_ALPHA = (
-    "The paper's optimum is one COCO run per alpha (VGG-19, word2vec, COCO 2014 train), "
-    "and it says alpha = 0.75 is best at p@1 for every loss; we swept alpha for ListSJE "
-    "only. Alpha sets the relevance ranking (eq. 9) each image's tags are trained and "
-    "scored on, so each alpha is a slightly different task; on Flickr8k's captions the "
-    "optimum sits lower than the paper's, and we have not looked for why."
-)
-
-EXPLAIN_DELTA = (
-    "The paper's margin for Delta(II) over Delta(I) is under a point of p@1 at alpha 0.75 "
-    "(COCO, single runs). Here the two structured terms train to rankers whose p@1 differs by "
-    "less than their spread over seeds (the tag table), on 5,500 images with about seven noun "
-    "tags each; we do not see an effect of the size the paper reports."
-)
 
 
 def lite0_variant(feat: str, done: dict[str, dict], grid) -> str | None:

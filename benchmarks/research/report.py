@@ -1,510 +1,38 @@
-"""The seeds' claims, re-tested: a resumable grid of recorded cells, and the report
-generated from them alone.
-
-**Cells.** A cell is one training run: a row (a pipeline on a feature kind), a recipe
-from the row's declared grid, and a seed. ``--run`` trains the cells that are missing, in
-a fixed order, and records each one as ``benchmarks/claims/CELL.json`` (config, overrides,
-seed, wall time, machine, git commit, and the metrics on the selection slice and on
-dev). A finished cell is never re-run; a killed run resumes from its last epoch.
-
-**Protocol (Table 2 of the journal paper, FC7/FNE x SH, MH, SOE, MOE, PH, POE).**
-
-- Every row trains under one equal budget: ``EPOCHS`` epochs over every caption, the
-  learning rate divided by 10 after ``DECAY`` epochs, a 512-d GRU over GloVe-initialised
-  50-d word vectors (the paper's Flickr8k embeddings are 1,024- or 1,536-d over 1,024- or
-  1,536-d word vectors, out of a 2-core CPU's reach; every row gets the same one), bf16
-  autocast (measured at parity with fp32 in ``bf16_train.json``), the 2-crop ResNet-50
-  store. On ResNet-50 the FC7 row is the one-layer pool5 embedding.
-- Each row's recipe is chosen from ``GRID`` (learning rate x margin) on the 500 train
-  images carved off as the selection slice (``data.val_from_train``), by the slice rsum
-  of seed 0. Dev chooses nothing: it is scored once per cell, at the epoch the slice
-  chose, and reported.
-- The chosen recipe then runs with seeds 1 and 2 (and 3, 4 for the MOE stability claim).
-- Collapse restarts are off: a run that never leaves the start is recorded as such.
-- PH and POE (the sum-then-max curriculum) train with L_S until the slice rsum stops
-  improving, and at the latest after ``SWITCH_BY`` epochs (half the budget), then reload
-  the best L_S epoch and go on with L_M. Their first cells had no such bound and never
-  switched in 12 epochs (the slice rsum was still rising), so they measured SH twice;
-  those are kept in ``benchmarks/claims/superseded/`` and no verdict uses them. Each cell
-  records the epochs it ran under each loss (``phases``). POE's L_M phase runs at a
-  learning rate of 1e-4, as in the paper's Table 1 ("0.001 - 0.0001"); the grid's rate is
-  its L_S phase's. PH keeps one rate, as the paper's does.
-
-**The regression report (002).** Its text encoders on the order-embedding pipeline of
-Vendrov et al., which the report starts from (its own similarity is the negative squared
-euclidean distance, which it found no worse), at FC7-SOE's chosen recipe, 3 seeds each:
-LSTM + GloVe, a stacked bidirectional GRU + GloVe, and a GRU with random word vectors;
-GRU + GloVe is FC7-SOE. They run after the FC7 rows. The report trained on MSCOCO (VGG-19
-fc7, 300-d word vectors) and tested on 1,000 COCO images, so only its directions compare.
-
-**The other claims** are families of cells (``claim_families.py``): tag ranking (003),
-Word2VisualVec (004), the regression baseline and "baseline + weight" (002), FNE variants
-(stage subsets, thresholds), the second backbone (EfficientNet-Lite0) and MOE's
-instability (001 section 6). The runner takes the families' quick jobs first (minutes in
-all), then Table 2, then the FNE variants, the second backbone, MOE's starts, and last the
-Word2VisualVec runs with FNE targets (the slowest).
-
-**Verdicts.** Each claim compares two series seed by seed (the same seeds): the mean
-difference ``d`` (dev rsum, or the metric the claim names) and its standard error ``se``
-(sample std / sqrt(n)). *Confirmed* if ``d > 2 se`` in the claimed direction, *refuted*
-if ``d < -2 se``, else *inconclusive*; no verdict below 3 seeds. With 3 seeds that is a
-lenient test (a two-sided t-test at 95% needs ``|d| > 4.30 se``), so the report shows
-``t = d / se`` and names the verdicts that would not pass the stricter one. Each claim
-shows the paper's own difference beside ours, so a claim the paper's numbers do not
-support either is visible as such. A deterministic model
-(the closed-form regression) gives the same figure at every seed: it gets no test, only
-"one model: holds" or "one model: fails", which the README does not count as confirmed.
-
-MOE's instability counts starts over 5 seeds at each of the paper's six settings: a run
-started if the model it ends with (its last epoch) reaches dev rsum 10, the paper's
-criterion. "MOE's starts depend on its settings" is
-*confirmed* if one setting starts 5/5 and another at most 2/5, *refuted* if every setting
-starts alike (within one run of five), else *inconclusive*. POE runs at the same six
-settings, with L_M at the setting's learning rate (not Table 2's 1e-4); its last epoch
-is an L_M one, so its L_S epochs, which start almost by construction, cannot stand in
-for an L_M phase that collapsed. "POE starts where MOE fails to" looks at the settings where
-MOE failed at least once: *confirmed* if POE starts 5/5 at each, *refuted* if at one of
-them POE starts no more often than MOE, else *inconclusive*. Runs are 4 epochs (POE: 2
-of each loss): a run that would start later counts as a failure here (the paper's runs
-had up to 200 epochs).
-
-Run:   python benchmarks/claims.py --run [--max-cells N] [--only PREFIX]
-Report: python benchmarks/claims.py         (writes docs/claims.md and docs/claims.png)
-"""
+"""The report of the claims grid, from the recorded cells alone: docs/claims.md,
+docs/claims.png and the README's claims block. Nothing here trains or reads a run
+(but for the superseded cells' phases, where a cell lacks them); ``claims_text`` and
+``readme_lines`` are pure functions of the cells."""
 
 from __future__ import annotations
 
-import argparse
-import datetime as dt
 import json
 import math
-import subprocess
-import sys
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import claim_families as families  # noqa: E402
-from _common import machine, train_run  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-CELLS = ROOT / "benchmarks" / "claims"
-RUNS = Path("~/.cache/vsekit/claims/runs").expanduser()
-F8K = ROOT.parent / "shared" / "data" / "flickr8k"
-STORE = "~/.cache/vsekit/stores/flickr8k-resnet50-c2"
-
-EPOCHS, DECAY = 12, 8
-SWITCH_BY = EPOCHS // 2  # PH / POE: L_S for at most this many epochs, then L_M
-PIPELINES = ("sh", "mh", "soe", "moe", "ph", "poe")
-FEATURES = ("fc7", "fne")
-# learning rate x margin (as a multiple of the paper's margin for the row's similarity)
-GRID = [(lr, m) for lr in (2e-4, 1e-3) for m in (1.0, 0.5)]
-SEEDS = (0, 1, 2)
-MOE_SEEDS = (0, 1, 2, 3, 4)  # the instability claim counts failed starts over 5 seeds
-
-# The regression report (002): its recurrent text encoders, compared on the order-embedding
-# pipeline it builds on (Vendrov et al.), at FC7-SOE's chosen recipe, 3 seeds each.
-# GRU + GloVe is FC7-SOE itself (the same cells); these rows change the text side only.
-REG_TEXT = {
-    "reg-lstm-glove": "{kind: lstm, word_dim: 50, embed_dim: 512, glove: true}",
-    "reg-bigru-glove": "{kind: gru, word_dim: 50, embed_dim: 512, glove: true, num_layers: 2, "
-    "bidirectional: true}",
-    "reg-gru-random": "{kind: gru, word_dim: 50, embed_dim: 512, glove: false}",
-}
-REG_BASE = "fc7-soe"
-# the report's Table 1 (MSCOCO, 1,000 test images; trained on 113,287): t2i R@1, R@10,
-# mean rank; its "GRU (Vendrov et al.)" row, which it did not train, stands for random vectors
-REG_PAPER = {"fc7-soe": (37.0, 86.8, 7.3), "reg-lstm-glove": (35.4, 86.2, 7.5),
-             "reg-gru-random": (36.3, 85.8, 7.6)}  # fmt: skip
-
-# Journal paper, Table 2 (Flickr8k test split, VGG16): R@1, R@5, R@10 annotation, then
-# retrieval. Quoted from ../shared/seeds/fne-multimodal-pipelines-journal.txt.
-PAPER = {
-    "fc7-sh": (22.4, 49.8, 62.9, 16.6, 41.2, 54.3),
-    "fne-sh": (25.0, 50.8, 64.3, 18.6, 44.9, 58.0),
-    "fc7-mh": (23.0, 49.0, 63.3, 18.5, 43.2, 56.1),
-    "fne-mh": (27.3, 56.8, 69.3, 21.2, 47.1, 59.7),
-    "fc7-soe": (21.2, 48.1, 61.7, 17.8, 43.6, 56.5),
-    "fne-soe": (24.0, 52.4, 63.9, 18.7, 44.2, 57.7),
-    "fc7-moe": (21.5, 46.1, 60.0, 15.6, 39.0, 51.9),
-    "fne-moe": (25.5, 55.5, 67.8, 18.7, 44.4, 58.4),
-    "fc7-ph": (22.9, 48.8, 62.5, 17.1, 41.7, 54.6),
-    "fne-ph": (26.3, 55.7, 68.5, 20.5, 45.8, 58.1),
-    "fc7-poe": (21.0, 48.3, 62.0, 16.9, 41.7, 55.3),
-    "fne-poe": (26.2, 53.6, 65.8, 19.7, 45.6, 58.4),
-}
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One training run of the grid."""
-
-    row: str  # e.g. "fne-mh"
-    lr: float
-    margin_scale: float
-    seed: int
-
-    @property
-    def curriculum(self) -> bool:
-        return self.row.endswith(("-ph", "-poe"))
-
-    @property
-    def recipe(self) -> str:
-        # the curriculum rows switch by half the budget at the latest (their cells before
-        # that rule never switched: benchmarks/claims/superseded/)
-        sw = f"-sw{SWITCH_BY}" if self.curriculum else ""
-        return f"lr{self.lr:g}-m{self.margin_scale:g}{sw}"
-
-    @property
-    def name(self) -> str:
-        return f"t2-{self.row}-{self.recipe}-s{self.seed}"
-
-    @property
-    def config(self) -> str:
-        return f"configs/flickr8k-{REG_BASE if self.row in REG_TEXT else self.row}.yaml"
-
-    def overrides(self) -> list[str]:
-        base = paper_margin(REG_BASE if self.row in REG_TEXT else self.row)
-        text = REG_TEXT.get(self.row, "{kind: gru, word_dim: 50, embed_dim: 512, glove: true}")
-        return [
-            f"data.store={STORE}",
-            "data.crops=2",
-            "data.val_from_train=500",
-            f"model.text={text}",
-            f"loss.margin={base * self.margin_scale:g}",
-            f"train.lr={self.lr:g}",
-            f"train.epochs={EPOCHS}",
-            f"train.lr_decay_epochs={DECAY}",
-            "train.captions=all",
-            "train.max_minutes=null",
-            "train.collapse_restart=false",
-            "train.precision=bf16",
-            "train.threads=1",
-            f"train.seed={self.seed}",
-            *([f"train.curriculum_sum_epochs={SWITCH_BY}"] if self.curriculum else []),
-        ]
-
-
-def paper_margin(row: str) -> float:
-    """The paper's margin for the row (0.05 for order embeddings, else 0.2), from its
-    config file."""
-    import yaml
-
-    return float(
-        yaml.safe_load((ROOT / f"configs/flickr8k-{row}.yaml").read_text())["loss"]["margin"]
-    )
-
-
-def rows() -> list[str]:
-    return [f"{f}-{p}" for f in FEATURES for p in PIPELINES]
-
-
-def load_cells() -> dict[str, dict]:
-    return {p.stem: json.loads(p.read_text()) for p in sorted(CELLS.glob("*.json"))}
-
-
-def chosen_recipe(row: str, done: dict[str, dict]) -> tuple[float, float] | None:
-    """The row's recipe by slice rsum of seed 0, once every recipe of the grid has run."""
-    scored = []
-    for lr, m in GRID:
-        c = done.get(Cell(row, lr, m, 0).name)
-        if c is None:
-            return None
-        scored.append((c["slice"]["rsum"], -GRID.index((lr, m)), (lr, m)))
-    return max(scored)[2]
-
-
-def pending(done: dict[str, dict]) -> list[Cell | families.Job]:
-    """Everything still to run, in order: the families' cheap jobs (minutes each), the
-    Table 2 cells, then the families' FNE-target jobs (the slowest)."""
-    late = [j for j in families.jobs() if j.variant.endswith("-fne")]
-    early = [j for j in families.jobs() if j not in late]
-    return [
-        *(j for j in early if j.name not in done),
-        *pending_cells(done),
-        *(j for j in families.late_jobs(done, table2_view(done)) if j.name not in done),
-        *(j for j in late if j.name not in done),
-    ]
-
-
-def table2_view(done: dict[str, dict]) -> families.Table2:
-    """What the families borrow from Table 2: chosen recipes and cell overrides."""
-    return families.Table2(
-        recipe=lambda row: chosen_recipe(row, done),
-        overrides=lambda row, lr, m, seed: Cell(row, lr, m, seed).overrides(),
-        grid=tuple(GRID),
-    )
-
-
-def pending_cells(done: dict[str, dict]) -> list[Cell]:
-    """Table 2 cells still to run, in order, row by row: a row's grid at seed 0, then at
-    once its chosen recipe's other seeds, so that the rows of the first claims reach 3
-    seeds (and a verdict) before later rows start."""
-    out: list[Cell] = []
-    for r in rows():
-        out += [Cell(r, lr, m, 0) for lr, m in GRID]
-        pick = chosen_recipe(r, done)
-        if pick is not None:
-            seeds = MOE_SEEDS if r.endswith("-moe") else SEEDS
-            out += [Cell(r, *pick, s) for s in seeds if s]
-        if r == "fc7-poe":  # after the FC7 rows: the regression report's encoders
-            base = chosen_recipe(REG_BASE, done)
-            if base is not None:
-                out += [Cell(reg, *base, s) for reg in REG_TEXT for s in SEEDS]
-    return [c for c in out if c.name not in done]
-
-
-_HELD: dict[str, int] = {}  # cell -> the descriptor whose flock this process holds
-
-
-def claim(name: str) -> bool:
-    """Take cell ``name`` for this process, so that several runners (one per core) share
-    the grid: an exclusive ``flock`` on ``RUNS/<name>.lock``, held until :func:`release`
-    (the kernel drops it when a runner dies, so a killed runner's cell is free again and
-    its run resumes from the last epoch). Lock files are never removed, so two runners
-    always lock the same file."""
-    import fcntl
-    import os
-
-    RUNS.mkdir(parents=True, exist_ok=True)
-    fd = os.open(RUNS / f"{name}.lock", os.O_CREAT | os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return False
-    _HELD[name] = fd
-    return True
-
-
-def release(name: str) -> None:
-    import os
-
-    fd = _HELD.pop(name, None)
-    if fd is not None:
-        os.close(fd)
-
-
-def git_commit() -> str:
-    out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    return out.stdout.strip()
-
-
-def score(run: Path) -> dict:
-    """The run's best checkpoint (chosen on the slice) scored on the slice and on dev."""
-    from vsekit.lab.data import load_dataset
-    from vsekit.lab.eval import retrieval_metrics
-    from vsekit.lab.eval.retrieval import retrieval_ranks
-    from vsekit.lab.eval.text_retrieval import recall_by_length
-    from vsekit.lab.features import FeatureStore
-    from vsekit.lab.train.export import model_from_run
-    from vsekit.lab.train.features import image_features
-    from vsekit.text.tokenizer import tokenize
-
-    ds = load_dataset(F8K)
-    splits = {
-        "slice": ds.carve("train", 500, "train-val", 0).split("train-val"),
-        "dev": ds.split("dev"),
-    }
-    model = model_from_run(run)
-    kind = model.info["image"]["features"]
-    store = FeatureStore(Path(STORE).expanduser())
-    out = {}
-    for name, sp in splits.items():
-        img = model.encode_image_features(image_features(store, kind, [i.id for i in sp.images]))
-        txt = model.encode_text(sp.texts)
-        sims = model.similarity(img, txt)
-        c2i = [c.image for c in sp.captions]
-        m = retrieval_metrics(sims, c2i)
-        out[name] = {k: round(float(v), 2) for k, v in m.items()}
-        if name == "dev":  # t2i R@10 by caption length (the regression report's Figure 3)
-            lengths = np.array([len(tokenize(t)) for t in sp.texts])
-            ranks = retrieval_ranks(sims, c2i)[1]
-            out[name]["by_length"] = recall_by_length(ranks, lengths, families.LENGTH_EDGES)
-    return out
-
-
-def run_cell(cell: Cell | families.Job) -> dict:
-    """Train ``cell`` (resuming a killed run), score it, and record it atomically."""
-    run = RUNS / cell.name
-    t0 = time.perf_counter()
-    train_run(run, cell.config, cell.overrides(), ROOT, collapsed_ok=True)
-    state = json.loads((run / "done.json").read_text())
-    log = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    log = [e for e in log if "event" not in e]  # epochs only
-    # the trainer's own clock runs on across a resume, which done.json's does not
-    seconds = max(state["seconds"], max((e.get("seconds", 0) for e in log), default=0))
-    best = json.loads((run / "best.json").read_text()) if (run / "best.json").is_file() else {}
-    if isinstance(cell, Cell):
-        what = {"row": cell.row, "recipe": cell.recipe}
-    else:
-        what = {"family": cell.family, "variant": cell.variant}
-    record = {
-        "cell": cell.name,
-        **what,
-        "seed": cell.seed,
-        "config": cell.config,
-        "overrides": cell.overrides(),
-        "date": dt.date.today().isoformat(),
-        "git_commit": git_commit(),
-        "machine": machine(),
-        "train_seconds": round(seconds, 1),
-        "collapsed_flag": bool(state.get("collapsed")),  # below rsum 10 on the slice at epoch 5
-        "wall_seconds": round(time.perf_counter() - t0, 1),
-        "epochs_run": len(log),
-        "best_epoch": best.get("epoch"),
-    }
-    # epochs run under each loss (a curriculum run must show both)
-    record["phases"] = {
-        ph: sum(e.get("phase") == ph for e in log)
-        for ph in dict.fromkeys(e.get("phase") for e in log)
-        if ph
-    }  # fmt: skip
-    if isinstance(cell, Cell):
-        record |= score(run)
-        record["started"] = families.started(record)  # dev rsum at the slice's epoch
-    else:
-        record |= families.score(cell, run)
-    write_cell(cell.name, record)
-    return record
-
-
-def write_cell(name: str, record: dict) -> None:
-    """Record a cell whole or not at all (a temporary file, then a rename)."""
-    CELLS.mkdir(parents=True, exist_ok=True)
-    tmp = CELLS / f".{name}.tmp"
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    tmp.replace(CELLS / f"{name}.json")
-
-
-def add_lengths(done: dict[str, dict]) -> None:
-    """Re-score the runs of recorded cells of FC7-SOE and the report's encoders that
-    predate recall by caption length, check that their recorded dev metrics come out
-    unchanged, and add ``dev.by_length``."""
-    for name, c in done.items():
-        if c.get("row") not in (REG_BASE, *REG_TEXT) or "by_length" in c["dev"]:
-            continue
-        run = RUNS / name
-        if not (run / "done.json").is_file():
-            print(f"{name}: its run is not on this machine; left as recorded")
-            continue
-        new = score(run)["dev"]
-        drift = {k: (v, new[k]) for k, v in c["dev"].items() if abs(new[k] - v) > 0.01}
-        if drift:
-            raise SystemExit(f"{name}: re-scored dev metrics differ from the record: {drift}")
-        c["dev"]["by_length"] = new["by_length"]
-        c["rescored"] = {"date": dt.date.today().isoformat(), "added": ["dev.by_length"]}
-        write_cell(name, c)
-        print(f"{name}: recall by caption length added (dev metrics re-scored unchanged)")
-
-
-def add_order_stats(done: dict[str, dict]) -> None:
-    """Add ``order_stats`` (see :func:`claim_families.order_stats`) to the recorded
-    instability cells (MOE, POE) that lack it (those recorded before the runner scored
-    it), from their runs' last checkpoints."""
-    for name, c in done.items():
-        if c.get("family") not in ("moe", "poe") or "order_stats" in c:
-            continue
-        run = RUNS / name
-        if not (run / "done.json").is_file():
-            print(f"{name}: its run is not on this machine; left as recorded")
-            continue
-        c["order_stats"] = families.order_stats(run)
-        c.setdefault("added", []).append(
-            {"date": dt.date.today().isoformat(), "field": "order_stats"})  # fmt: skip
-        write_cell(name, c)
-        print(f"{name}: order_stats added")
-
-
-# ------------------------------------------------------------------ the report
-@dataclass
-class Claim:
-    """``better`` beats ``worse`` in dev rsum, seed by seed (the claim's direction)."""
-
-    title: str
-    source: str
-    better: str
-    worse: str
-    explain: str = ""
-    note: str = ""  # a caveat shown whatever the verdict
-    diffs: list[float] = field(default_factory=list)
-
-
-def seed_rsums(row: str, done: dict[str, dict]) -> dict[int, float]:
-    pick = chosen_recipe(REG_BASE if row in REG_TEXT else row, done)
-    if pick is None:
-        return {}
-    out = {}
-    for s in MOE_SEEDS:
-        c = done.get(Cell(row, *pick, s).name)
-        if c is not None:
-            out[s] = c["dev"]["rsum"]
-    return out
-
-
-def verdict(diffs: list[float]) -> tuple[str, float, float]:
-    """(verdict, mean, standard error) of paired differences (declared test above)."""
-    n = len(diffs)
-    if n < 3:
-        return "not yet run", float("nan"), float("nan")
-    mean = sum(diffs) / n
-    se = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1)) / math.sqrt(n)
-    if max(diffs) == min(diffs):  # one model whatever the seed: no variance to test
-        return ("one model: holds" if mean > 0 else "one model: fails"), mean, se
-    if mean > 2 * se:
-        return "confirmed", mean, se
-    if mean < -2 * se:
-        return "refuted", mean, se
-    return "inconclusive", mean, se
-
-
-# What we think explains a claim that does not hold here (shown under the claims table
-# when the recorded verdict is refuted or inconclusive).
-EXPLAIN = {
-    "fne": (
-        "The paper's one-layer baseline is VGG16's FC7; ours is ResNet-50's pool5, a "
-        "stronger single layer (compare the FC7 and FNE rows of Table 2 with the paper's). "
-        "The FNE-variant table separates two effects. Compared like for like, the FNE's "
-        "other blocks help: all 17 blocks beat pool5's block alone by a wide margin, whether "
-        "both are ternarised or both are standardised floats (the claims on pool5's block). "
-        "What costs the FNE is how it treats each activation: the one-layer row feeds pool5 "
-        "L2-normalised, while the FNE standardises every feature over the train images and "
-        "ternarises it, and on pool5's block alone standardising costs some rsum and "
-        "ternarising much more. Wider thresholds (-0.5/0.5) win back part of that and the "
-        "sign alone (0/0) loses more; the thresholds (-0.25, 0.15) come from earlier work "
-        "('shown to perform consistently across several domains'), not from ResNet-50's "
-        "activations. The variant cells are on the SH pipeline; the other pipelines' FNE "
-        "gaps are of the same size, and we take the same cause for them untested."
-    ),
-    "fne-moe": (
-        "Here the claim compares a row that never started learning with one that barely "
-        "did: no FNE-MOE run, at any of its grid recipes or seeds, reaches dev rsum 10 "
-        "within the equal 12-epoch budget (the runs-that-started column of Table 2), while "
-        "FC7-MOE starts but stays far below the paper. The max-of-hinges order loss is the "
-        "fragile start the paper itself reports (001 section 6; the MOE instability table "
-        "tests it). The paper's Table 5 cuts both ways: at VSE++'s settings (MOE-bl) FC7 "
-        "started 5 times of 5 and the FNE never, at the order-embedding ones with abs the "
-        "reverse (0 and 4 of 5), and it concludes that the instability 'does not come from "
-        "the choice of embedding, but instead on the hyper-parameter selection and parameter "
-        "initialisation'. Here no FNE-MOE recipe of the grid started; L_M follows only the "
-        "hardest negative, which tells the model little while the projection is still "
-        "random. So this refutation is about starting, not about the embeddings at "
-        "convergence."
-    ),
-    "soe": (
-        "The paper's SOE-over-SH margin is a single run per row: 1.7 rsum on FC7, and on the "
-        "FNE its SOE row is 0.7 below SH (the paper's-difference column). With three "
-        "seeds each, and every pipeline given the same 512-d GRU (the paper's SH embedding "
-        "was 1,536-d and its SOE one 1,024-d, which muddies its own comparison), the order "
-        "similarity ends below the cosine one here. We have not isolated the "
-        "cause; the order penalty discards sign (all embeddings live in the positive "
-        "orthant), which leaves a 512-d space less room than the cosine's."
-    ),
-}
+from . import families
+from .protocol import (
+    CELLS,
+    EPOCHS,
+    FEATURES,
+    GRID,
+    PAPER,
+    REG_BASE,
+    REG_PAPER,
+    ROOT,
+    RUNS,
+    SEEDS,
+    T975,
+    Cell,
+    chosen_recipe,
+    claim_diffs,
+    pending,
+    row_cells,
+    rows,
+    table2_cell,
+    verdict,
+)
 
 
 # the instability claims' explanations, by title, once their cells are in
@@ -678,77 +206,6 @@ def moe_note(done: dict[str, dict]) -> str:
     return " ".join(filter(None, [*parts, _unprobed(failed)]))
 
 
-EXPLAIN_BIGRU = (
-    "The report explores stacked bidirectional RNNs but gives no figure for them; it names "
-    "the single GRU its best. Here two bidirectional layers read each caption both ways at "
-    "the same 512-d output and the same budget, and rank better; we have not looked for "
-    "why beyond that."
-)
-
-
-NOTE_PH = (
-    "Under the equal budget the curriculum switches to L_M at epoch 6 at the latest (the "
-    "phases column shows 6 epochs of each) and the learning rate drops tenfold after epoch "
-    "8, so L_M gets two full-rate epochs against MH's eight and the PH rows land near SH's "
-    "level: the budget widens the paper's gap (5.5 and 6.5 rsum), whose direction holds."
-)
-
-NOTE_POE = {
-    "fc7": (
-        "Under the equal 12-epoch budget the MOE rows are still improving near the end "
-        "(their best epochs are at or near the last, in the cell table), while the paper "
-        "trained to convergence and found POE 11 rsum ahead of MOE on FC7: the margin here "
-        "measures how much sooner the curriculum starts learning, not the two losses at "
-        "convergence."
-    ),
-    "fne": (
-        "No FNE-MOE run started in 12 epochs (Table 2's runs-that-started column), so the "
-        "margin is POE's rsum against models that never started (rsum under 10; chance is "
-        "about 3): it shows that the curriculum starts where L_M alone does not, not how the "
-        "two losses compare at convergence. The paper's claim is section 5's, on MSCOCO "
-        "(the curriculum adds 1.7% on average); on Flickr8k its FNE-MOE is 1.0 rsum ahead "
-        "of FNE-POE."
-    ),
-}
-
-
-def claims() -> list[Claim]:
-    out = []
-    for p in PIPELINES:
-        out.append(Claim(f"FNE beats the one-layer embedding ({p.upper()})", "000, 001",
-                         f"fne-{p}", f"fc7-{p}",
-                         EXPLAIN["fne-moe" if p == "moe" else "fne"]))  # fmt: skip
-    for f in FEATURES:
-        out += [
-            Claim(f"MH beats SH ({f.upper()})", "001 (VSE++)", f"{f}-mh", f"{f}-sh"),
-            Claim(f"SOE beats SH ({f.upper()})", "001 (order embeddings)", f"{f}-soe",
-                  f"{f}-sh", EXPLAIN["soe"]),
-            # 001 section 5: "Final results of FC7-PH and FNE-PH are in general inferior to
-            # those achieved by single training using max loss (FC7-MH, FNE-MH)"
-            Claim(f"MH beats PH ({f.upper()})", "001 section 5", f"{f}-mh", f"{f}-ph",
-                  note=NOTE_PH),
-            Claim(f"POE beats MOE ({f.upper()})", "001 section 5 (MSCOCO)", f"{f}-poe", f"{f}-moe",
-                  note=NOTE_POE[f]),
-        ]  # fmt: skip
-    out += [
-        Claim("GRU + GloVe beats LSTM + GloVe", "002 Table 1", REG_BASE, "reg-lstm-glove"),
-        Claim(
-            "GRU + GloVe beats the stacked bidirectional GRU + GloVe",
-            "002 section 3",
-            REG_BASE,
-            "reg-bigru-glove",
-            EXPLAIN_BIGRU,
-        ),
-        Claim(
-            "GloVe initialisation beats random word vectors (GRU)",
-            "002 Table 1",
-            REG_BASE,
-            "reg-gru-random",
-        ),  # fmt: skip
-    ]
-    return out
-
-
 def mean_std(xs: list[float]) -> tuple[float, float]:
     m = sum(xs) / len(xs)
     s = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else 0.0
@@ -779,62 +236,6 @@ def superseded_note() -> list[str]:
         "they measured SH/SOE again. No verdict uses them.",
         "",
     ]
-
-
-def row_cells(row: str, pick: tuple[float, float], done: dict[str, dict]) -> list[dict]:
-    """The recorded cells of ``row`` at its chosen recipe ``pick``, by seed."""
-    names = [Cell(row, *pick, s).name for s in MOE_SEEDS]
-    return [done[n] for n in names if n in done]
-
-
-def table2_cell(row: str, done: dict[str, dict], seed: int) -> dict | None:
-    """The cell of ``row`` (a Table 2 row or a regression-report encoder) at its chosen
-    recipe and ``seed``, or None."""
-    pick = chosen_recipe(REG_BASE if row in REG_TEXT else row, done)
-    return None if pick is None else done.get(Cell(row, *pick, seed).name)
-
-
-class ClaimDiffs(NamedTuple):
-    """A claim and its paired differences over SEEDS (``better - worse``)."""
-
-    title: str
-    source: str
-    metric: str  # what is compared
-    diffs: list[float]
-    explain: str  # shown if it does not hold
-    note: str  # a caveat shown whatever the verdict
-    paper: str = "—"  # the paper's own difference (its metric named if it is not ours)
-
-
-def paper_difference(better: str, worse: str) -> str:
-    """The paper's ``better - worse``: Table 2's rsums, or the regression report's t2i R@1."""
-    if better in PAPER and worse in PAPER and better not in REG_TEXT and worse not in REG_TEXT:
-        return f"{sum(PAPER[better]) - sum(PAPER[worse]):+.1f}"
-    b, w = REG_PAPER.get(better), REG_PAPER.get(worse)
-    if not (b and w):
-        return "—"
-    note = " (random vectors: Vendrov et al.'s GRU)" if "reg-gru-random" in (better, worse) else ""
-    return f"{b[0] - w[0]:+.1f} t2i R@1{note}"
-
-
-# Student's t, 0.975 quantile, by degrees of freedom: the stricter test the report names
-T975 = {2: 4.303, 3: 3.182, 4: 2.776}
-
-
-def claim_diffs(done: dict[str, dict]) -> list[ClaimDiffs]:
-    """Every claim, Table 2's and the families', with its paired differences."""
-    out = []
-    for c in claims():
-        a, b = seed_rsums(c.better, done), seed_rsums(c.worse, done)
-        diffs = [a[s] - b[s] for s in sorted(set(a) & set(b) & set(SEEDS))]
-        paper = paper_difference(c.better, c.worse)
-        out.append(ClaimDiffs(c.title, c.source, "dev rsum", diffs, c.explain, c.note, paper))
-    paper = {row: sum(v) for row, v in PAPER.items()}
-    for c in families.family_claims(table2_cell, tuple(GRID), paper):
-        pairs = [(c.better(done, s), c.worse(done, s)) for s in SEEDS]
-        diffs = [x - y for x, y in pairs if x is not None and y is not None]
-        out.append(ClaimDiffs(c.title, c.source, c.metric, diffs, c.explain, c.note, c.paper))
-    return out
 
 
 def _ms(xs: list[float]) -> str:
@@ -1232,16 +633,43 @@ def _fne_line(tested: dict[str, tuple[str, float, float, bool, bool]]) -> str:
     return text
 
 
-def update_readme(done: dict[str, dict], path: Path) -> bool:
-    """Replace the README's block between the claims markers; False if it has none."""
-    text = path.read_text()
+def with_readme_block(text: str, done: dict[str, dict]) -> str | None:
+    """``text`` (the README) with its block between the claims markers made anew from
+    ``done``; None if it has no such block."""
     if README_BEGIN not in text or README_END not in text:
-        return False
+        return None
     head, rest = text.split(README_BEGIN, 1)
     _, tail = rest.split(README_END, 1)
-    block = "\n".join([README_BEGIN, *readme_lines(done), README_END])
-    path.write_text(head + block + tail)
-    return True
+    return head + "\n".join([README_BEGIN, *readme_lines(done), README_END]) + tail
+
+
+def update_readme(done: dict[str, dict], path: Path) -> bool:
+    """Replace the README's block between the claims markers; False if it has none."""
+    text = with_readme_block(path.read_text(), done)
+    if text is not None:
+        path.write_text(text)
+    return text is not None
+
+
+FIGURE = "![Table 2, ours vs the paper](claims.png)"
+
+
+def claims_text(done: dict[str, dict], figure: bool = True) -> str:
+    """docs/claims.md from ``done``, with Table 2's figure linked in when it is drawn."""
+    text = report(done)
+    if figure:
+        head = "## Table 2: twelve rows\n\n"
+        text = text.replace(head, f"{head}{FIGURE}\n\n", 1)
+    return text
+
+
+def write(done: dict[str, dict], root: Path = ROOT) -> None:
+    """Write docs/claims.md, docs/claims.png and the README's claims block."""
+    out = root / "docs" / "claims.md"
+    out.write_text(claims_text(done, figure=plot_table2(done, root / "docs" / "claims.png")))
+    print(f"wrote {out}")
+    if update_readme(done, root / "README.md"):
+        print(f"updated the claims lines of {root / 'README.md'}")
 
 
 def table2_rows(done: dict[str, dict]) -> list[tuple[str, float, float | None, float | None]]:
@@ -1283,65 +711,3 @@ def plot_table2(done: dict[str, dict], path: Path) -> bool:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return True
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--run", action="store_true", help="train the cells that are missing")
-    ap.add_argument("--max-cells", type=int, default=0, help="stop after this many (0: all)")
-    ap.add_argument("--only", default="", help="only cells whose name starts with this")
-    ap.add_argument("--list", action="store_true", help="print the pending cells and stop")
-    ap.add_argument("--add-lengths", action="store_true",
-                    help="add recall by caption length to the recorded cells of the "
-                    "regression report's rows that lack it (from their runs)")  # fmt: skip
-    ap.add_argument("--add-order-stats", action="store_true",
-                    help="add how near the order loss's flat state each recorded MOE/POE "
-                    "run ends (from their runs)")  # fmt: skip
-    args = ap.parse_args()
-    if args.add_lengths:
-        add_lengths(load_cells())
-    if args.add_order_stats:
-        add_order_stats(load_cells())
-    done = load_cells()
-    if args.list:
-        for c in pending(done):
-            print(c.name)
-        return
-    if args.run:
-        n, failed = 0, set()
-        while True:
-            if args.max_cells and n >= args.max_cells:
-                break
-            todo = [c for c in pending(load_cells()) if c.name.startswith(args.only)]
-            cell = next((c for c in todo if c.name not in failed and claim(c.name)), None)
-            if cell is None:
-                break
-            try:
-                if (CELLS / f"{cell.name}.json").is_file():
-                    continue  # another runner recorded it between the listing and the lock
-                rec = run_cell(cell)
-            except (subprocess.CalledProcessError, OSError, ValueError, KeyError) as e:
-                # nothing is recorded for it; this runner goes on with the next cell
-                print(f"{cell.name}: failed ({type(e).__name__}: {e}); not recorded", flush=True)
-                failed.add(cell.name)
-                continue
-            finally:
-                release(cell.name)
-            n += 1
-            k = families.main_metric(rec)
-            print(f"{rec['cell']}: slice {k} {rec['slice'][k]} dev {k} {rec['dev'][k]} "
-                  f"({rec['wall_seconds']:.0f} s)", flush=True)  # fmt: skip
-        done = load_cells()
-    out = ROOT / "docs" / "claims.md"
-    text = report(done)
-    if plot_table2(done, ROOT / "docs" / "claims.png"):
-        text = text.replace("## Table 2: twelve rows\n\n", "## Table 2: twelve rows\n\n"
-                            "![Table 2, ours vs the paper](claims.png)\n\n", 1)  # fmt: skip
-    out.write_text(text)
-    print(f"wrote {out}")
-    if update_readme(done, ROOT / "README.md"):
-        print(f"updated the claims lines of {ROOT / 'README.md'}")
-
-
-if __name__ == "__main__":
-    main()

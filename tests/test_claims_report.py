@@ -266,7 +266,7 @@ def test_the_moe_caveat_names_the_flat_state_from_the_recorded_order_stats():
     assert "fc7-bl-abs 5/5 (paper 0/5)" in note and "fne-bl 0/5" not in note  # paper 0/5
     assert "end in the order loss's flat state" not in note
     assert note.endswith("10 runs not yet probed for the flat state (python "
-                         "benchmarks/claims.py --add-order-stats).")  # fmt: skip
+                         "benchmarks/research/claims.py --add-order-stats).")  # fmt: skip
     failed = {k: c for k, c in done.items() if c["dev_last"]["rsum"] < families.STARTED}
     _probe(done, flat=False, ratio=1.07)
     _probe(failed, flat=True, ratio=0.9994)
@@ -295,7 +295,7 @@ def test_the_moe_caveat_names_the_flat_state_from_the_recorded_order_stats():
     assert "9 of the 11 runs that did not start" in note
     assert "Every run without abs" not in note
     assert note.endswith("1 run not yet probed for the flat state (python "
-                         "benchmarks/claims.py --add-order-stats).")  # fmt: skip
+                         "benchmarks/research/claims.py --add-order-stats).")  # fmt: skip
 
 
 def test_the_readme_states_the_headline_findings_in_three_lines(monkeypatch):
@@ -367,7 +367,7 @@ def test_the_poe_refutation_is_explained_from_the_recorded_order_stats():
     assert "3 runs of POE that did not start (fc7-bl)" in why
     assert "1 run never reached L_M (counted as not started)." in why
     assert why.endswith("1 run not yet probed for the flat state (python "
-                        "benchmarks/claims.py --add-order-stats).")  # fmt: skip
+                        "benchmarks/research/claims.py --add-order-stats).")  # fmt: skip
 
 
 def test_violation_shares_match_a_pair_by_pair_count():

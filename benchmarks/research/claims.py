@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
 from research import fair_protocol as fair  # noqa: E402
 from research import protocol, report, runner  # noqa: E402
 
-GRIDS = {"first": (protocol.pending, protocol.CELLS), "fair": (fair.pending, runner.FAIR_CELLS)}
+GRIDS = {"first": (protocol.pending, protocol.CELLS), "fair": (fair.pending, fair.CELLS)}
 
 
 def main() -> None:
@@ -50,7 +50,7 @@ def main() -> None:
         runner.run_fair(args.max_cells, args.only)
     elif args.run == "first":
         runner.run_first(args.max_cells, args.only)
-    report.write(protocol.load_cells())
+    report.write(protocol.load_cells(), protocol.load_cells(fair.CELLS))
 
 
 if __name__ == "__main__":

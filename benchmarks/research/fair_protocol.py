@@ -80,7 +80,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
+CELLS = Path(__file__).resolve().parent / "cells_fair"  # this protocol's recorded cells
 PIPELINES = ("sh", "mh", "soe", "moe", "ph", "poe")
 FEATURES = ("fc7", "fne", "fnef")
 KIND = {"fc7": "baseline", "fne": "fne", "fnef": "fne[t=none]"}  # data.features

@@ -118,7 +118,7 @@ STARTED = 10.0  # dev rsum; the paper's "does not train" is below 10 (chance is 
 
 @dataclass(frozen=True)
 class Table2:
-    """What the families borrow from Table 2 (``claims.py``): a row's chosen recipe
+    """What the families borrow from Table 2 (``protocol.py``): a row's chosen recipe
     ``recipe(row) -> (lr, margin scale) | None`` and its cells' overrides
     ``overrides(row, lr, margin_scale, seed) -> [...]``."""
 
@@ -288,7 +288,7 @@ def moe_starts(done: dict[str, dict], family: str, setting: str) -> int | None:
 
 def moe_verdicts(done: dict[str, dict]) -> list[tuple[str, str, str, str, str]]:
     """``(title, source, compared, figure, verdict)`` of the instability claims, by the
-    rules declared in ``claims.py``'s docstring."""
+    rules declared in ``protocol.py``'s docstring."""
     settings = [f"{f}-{n}" for f in ("fc7", "fne") for n in MOE_SETTINGS]
     moe = {k: moe_starts(done, "moe", k) for k in settings}
     out = []

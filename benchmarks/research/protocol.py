@@ -37,7 +37,7 @@ LSTM + GloVe, a stacked bidirectional GRU + GloVe, and a GRU with random word ve
 GRU + GloVe is FC7-SOE. They run after the FC7 rows. The report trained on MSCOCO (VGG-19
 fc7, 300-d word vectors) and tested on 1,000 COCO images, so only its directions compare.
 
-**The other claims** are families of cells (``claim_families.py``): tag ranking (003),
+**The other claims** are families of cells (``families.py``): tag ranking (003),
 Word2VisualVec (004), the regression baseline and "baseline + weight" (002), FNE variants
 (stage subsets, thresholds), the second backbone (EfficientNet-Lite0) and MOE's
 instability (001 section 6). The runner takes the families' quick jobs first (minutes in
@@ -68,8 +68,8 @@ them POE starts no more often than MOE, else *inconclusive*. Runs are 4 epochs (
 of each loss): a run that would start later counts as a failure here (the paper's runs
 had up to 200 epochs).
 
-Run:   python benchmarks/claims.py --run [--max-cells N] [--only PREFIX]
-Report: python benchmarks/claims.py         (writes docs/claims.md and docs/claims.png)
+Run:   python benchmarks/research/claims.py --run first [--max-cells N] [--only PREFIX]
+Report: python benchmarks/research/claims.py   (writes docs/claims.md, docs/claims.png, README)
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ from .protocol import CELLS, REG_BASE, REG_TEXT, RUNS, STORE, Cell, load_cells
 from .scoring import F8K, score_table2
 
 ROOT = Path(__file__).resolve().parents[2]
-FAIR_CELLS = ROOT / "benchmarks" / "research" / "cells_fair"
+FAIR_CELLS = fair.CELLS
 
 _HELD: dict[str, int] = {}  # cell -> the descriptor whose flock this process holds
 

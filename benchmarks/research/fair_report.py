@@ -1,0 +1,110 @@
+"""The fair protocol's part of docs/claims.md, from its recorded cells alone: each row's
+search so far, its chosen recipe and seeds, whether the chosen learning rate is inside
+what was tried, and the FNE claims under this protocol. Empty until its first cell."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from . import fair_protocol as fair
+from .protocol import PAPER, T975, verdict
+
+
+def _mean_std(xs: list[float]) -> str:
+    m = sum(xs) / len(xs)
+    sd = (sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5 if len(xs) > 1 else 0.0
+    return f"{m:.1f} ± {sd:.1f}"
+
+
+def lr_inside(row: str, pick: fair.Recipe, done: dict[str, dict]) -> str:
+    """Whether both half-decade neighbours of the chosen learning rate ran (at the chosen
+    recipe's other settings) and lost: "yes", or which edge it sits at."""
+    score = fair.slice_score(done, row)
+    below, above = (score(replace(pick, k=pick.k + d)) for d in (-1, 1))
+    if below is not None and above is not None:
+        return "yes"
+    lo, hi = fair.LR_BOUNDS
+    return "at the bound" if pick.k in (lo, hi) else "no (edge)"
+
+
+def row_cells(row: str, pick: fair.Recipe, done: dict[str, dict]) -> list[dict]:
+    names = [fair.FairCell(row, pick, s).name for s in fair.seeds(row)]
+    return [done[n] for n in names if n in done]
+
+
+def seed_rsums(row: str, done: dict[str, dict]) -> dict[int, float]:
+    pick = fair.chosen(row, done)
+    if pick is None:
+        return {}
+    return {c["seed"]: c["dev"]["rsum"] for c in row_cells(row, pick, done)}
+
+
+CLAIMS = [
+    *((f"FNE beats the one-layer embedding ({p.upper()})", f"fne-{p}", f"fc7-{p}")
+      for p in fair.PIPELINES),
+    *((f"Float FNE beats the one-layer embedding ({p.upper()})", f"fnef-{p}", f"fc7-{p}")
+      for p in fair.PIPELINES),
+    *((f"The FNE's ternarisation helps: FNE beats float FNE ({p.upper()})", f"fne-{p}",
+       f"fnef-{p}") for p in fair.PIPELINES),
+]  # fmt: skip
+
+
+def section(done: dict[str, dict]) -> list[str]:
+    """Markdown lines for docs/claims.md (none while no fair cell is recorded)."""
+    if not done:
+        return []
+    lines = ["", "## Table 2 under the fair protocol (issue 41)", "",
+             "Declared in the docstring of `benchmarks/research/fair_protocol.py` before its "
+             "first cell, its cells in `benchmarks/research/cells_fair/`: each row searches "
+             "its learning rate until the best is inside the grid (for the FNE rows per input "
+             "normalisation), then dropout and margin, then the learning rate again, on the "
+             "slice at seed 0; every run stops early on the slice (reduce on plateau, then "
+             f"stop; cap {fair.EPOCH_CAP} epochs). Rows appear in the order the grid runs "
+             "them; a row's figures are its chosen recipe's, once its search is over.", "",
+             "| row | seed-0 cells | best on the slice so far | chosen recipe | lr inside "
+             "the grid | seeds | dev rsum, mean ± std | paper rsum |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for row in fair.rows():
+        score = fair.slice_score(done, row)
+        mine = [c for c in done.values() if c["row"] == row and c["seed"] == 0]
+        if not mine:
+            continue
+        best = max(mine, key=lambda c: c["slice"]["rsum"])
+        r = best["recipe"]
+        so_far = (f"lr {r['lr']:g}, {r['img_norm']}, dropout {r['img_dropout']:g}, margin "
+                  f"x{r['margin_scale']:g}: {best['slice']['rsum']:.1f}")  # fmt: skip
+        pick = fair.chosen(row, done)
+        paper = f"{sum(PAPER[row]):.1f}" if row in PAPER else "—"
+        if pick is None:
+            todo = len(fair.search(row, score)[0])
+            lines.append(f"| {row.upper()} | {len(mine)} ({todo} next) | {so_far} | searching "
+                         f"| | | | {paper} |")  # fmt: skip
+            continue
+        cells = row_cells(row, pick, done)
+        lines.append(f"| {row.upper()} | {len(mine)} | {so_far} | {pick.tag} | "
+                     f"{lr_inside(row, pick, done)} | {len(cells)} | "
+                     f"{_mean_std([c['dev']['rsum'] for c in cells])} | {paper} |")  # fmt: skip
+    lines += ["", "| claim (fair protocol) | ours: better - worse (mean ± se, t) | seeds | "
+              "verdict |", "|---|---|---|---|"]  # fmt: skip
+    for title, better, worse in CLAIMS:
+        a, b = seed_rsums(better, done), seed_rsums(worse, done)
+        diffs = [a[s] - b[s] for s in sorted(set(a) & set(b) & set(fair.SEEDS))]
+        v, m, se = verdict(diffs)
+        fig = "—" if v == "not yet run" else f"{m:+.1f} ± {se:.1f}"
+        fig += f", t {m / se:+.1f}" if fig != "—" and se > 0 else ""
+        if v in ("confirmed", "refuted") and abs(m) <= T975[len(diffs) - 1] * se:
+            v += " (not at a 95% t-test)"
+        lines.append(f"| {title} | {fig} | {len(diffs)} | {v} |")
+    lines += ["", "### The fair protocol's cells", "",
+              "| cell | slice rsum (selects) | dev rsum (reported) | best epoch / epochs run "
+              "| lr decays | ended by | train time | commit |",
+              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name, c in sorted(done.items()):
+        events = [e["event"] for e in c["events"]]
+        ended = ("the cap" if c["hit_cap"] else "early stop" if "early stop" in events
+                 else "—")  # fmt: skip
+        lines.append(f"| {name} | {c['slice']['rsum']:.1f} | {c['dev']['rsum']:.1f} | "
+                     f"{c['best_epoch']} / {c['epochs_run']} | "
+                     f"{events.count('lr decay on plateau')} | {ended} | "
+                     f"{c['train_seconds'] / 60:.0f} min | {c['git_commit'][:7]} |")  # fmt: skip
+    return lines

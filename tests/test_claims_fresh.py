@@ -1,0 +1,65 @@
+"""docs/claims.md and the README's claims block are what the recorded cells give today:
+both are made anew, in memory, from the cells in the repository (``benchmarks/claims/``,
+``benchmarks/research/cells_fair/``), and compared with the committed files. Nothing is
+trained and nothing under ~/.cache is read.
+
+If this fails, a cell was added or changed without regenerating the report, or the
+report's code changed: run ``python benchmarks/research/claims.py`` and commit the
+result."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from research import fair_protocol, protocol, report  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def done() -> dict[str, dict]:
+    return protocol.load_cells()
+
+
+@pytest.fixture(scope="module")
+def fair_done() -> dict[str, dict]:
+    return protocol.load_cells(fair_protocol.CELLS)
+
+
+def _first_difference(a: str, b: str) -> str:
+    for k, (x, y) in enumerate(zip(a.splitlines(), b.splitlines(), strict=False), 1):
+        if x != y:
+            return f"line {k}:\n  committed: {x[:200]}\n  from cells: {y[:200]}"
+    return f"lengths differ: {len(a.splitlines())} against {len(b.splitlines())} lines"
+
+
+def test_claims_md_is_what_the_cells_give(done, fair_done):
+    committed = (ROOT / "docs" / "claims.md").read_text()
+    made = report.claims_text(done, fair_done)
+    assert made == committed, "docs/claims.md is stale; " + _first_difference(committed, made)
+
+
+def test_readme_block_is_what_the_cells_give(done):
+    committed = (ROOT / "README.md").read_text()
+    made = report.with_readme_block(committed, done)
+    assert made is not None, "README.md has lost its claims markers"
+    assert made == committed, "the README's claims block is stale; " + _first_difference(
+        committed, made
+    )
+
+
+def test_a_changed_cell_shows_in_both(done):
+    """The comparison can fail: one Table 2 cell's dev rsum moved by 10 changes the
+    report and the README's headline (the row's mean moves)."""
+    pick = protocol.chosen_recipe("fc7-sh", done)
+    assert pick is not None, "the recorded cells no longer hold FC7-SH's chosen recipe"
+    name = protocol.Cell("fc7-sh", *pick, 0).name
+    changed = copy.deepcopy(done)
+    changed[name]["dev"]["rsum"] += 10.0
+    assert report.claims_text(changed) != report.claims_text(done)
+    readme = (ROOT / "README.md").read_text()
+    assert report.with_readme_block(readme, changed) != report.with_readme_block(readme, done)

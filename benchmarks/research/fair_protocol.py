@@ -199,7 +199,7 @@ def lr_search(
 ) -> tuple[list[Recipe], Recipe | None]:
     """``(to run, best)``: the half-decade learning-rate grid at ``base``'s other settings,
     from ``start``, grown past an edge while the best sits there (stages 1 and 4)."""
-    ks = set(start)
+    ks = {k for k in start if LR_BOUNDS[0] <= k <= LR_BOUNDS[1]}
     while True:
         cands = [replace(base, k=k) for k in sorted(ks)]
         missing = [c for c in cands if score(c) is None]

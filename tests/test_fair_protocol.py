@@ -1,0 +1,116 @@
+"""benchmarks/research/fair_protocol.py: the search ends with a learning rate inside what
+it tried, its stages come in the declared order, the grid runs the most informative cells
+first, and the report's section reads the cells (synthetic cells; nothing is trained)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from research import fair_protocol as fair  # noqa: E402
+from research import fair_report  # noqa: E402
+
+
+def _cell(c: fair.FairCell, slice_rsum: float, dev_rsum: float) -> dict:
+    return {"cell": c.name, "protocol": "fair", "row": c.row, "recipe": c.recipe.as_dict(),
+            "seed": c.seed, "slice": {"rsum": slice_rsum}, "dev": {"rsum": dev_rsum},
+            "best_epoch": 9, "epochs_run": 13, "hit_cap": False, "train_seconds": 600.0,
+            "events": [{"event": "lr decay on plateau"}, {"event": "early stop"}],
+            "git_commit": "0" * 40}  # fmt: skip
+
+
+def _run_grid(slice_of, rows: tuple[str, ...], dev_of=None) -> tuple[dict, list[str]]:
+    """Run the grid's pending cells of ``rows`` one at a time, as one runner does."""
+    done: dict[str, dict] = {}
+    order = []
+    while todo := [c for c in fair.pending(done) if c.row in rows]:
+        c = todo[0]
+        s = slice_of(c)
+        done[c.name] = _cell(c, s, (dev_of or slice_of)(c) - c.seed)
+        order.append(c.name)
+        assert len(order) < 200, "the search does not end"
+    return done, order
+
+
+def _peaked(k_best: int, norm_bonus: float = 0.0, dropout_best: float = 0.2):
+    """A slice rsum with its best learning rate at ``k_best``."""
+
+    def f(c: fair.FairCell) -> float:
+        r = c.recipe
+        return (300 - 5 * (r.k - k_best) ** 2 + (norm_bonus if r.norm == "layernorm" else 0)
+                - 10 * abs(r.dropout - dropout_best) - (1 if r.margin == 0.5 else 0))  # fmt: skip
+
+    return f
+
+
+def test_the_grid_grows_past_an_edge_until_the_best_is_inside():
+    # the best learning rate, 1e-4 (k = -8), is below the starting grid (k = -7..-5)
+    done, _ = _run_grid(_peaked(-8), ("fc7-sh",))
+    pick = fair.chosen("fc7-sh", done)
+    assert pick == fair.Recipe(-8, "none", 0.2, 1.0)
+    assert fair_report.lr_inside("fc7-sh", pick, done) == "yes"
+    tried = {c["recipe"]["lr"] for c in done.values() if c["recipe"]["img_dropout"] == 0.0}
+    assert tried == {3.16e-5, 1e-4, 3.16e-4, 1e-3, 3.16e-3}  # grew by two, then stopped
+    # then dropout, margin, and the learning rate re-checked at the final recipe
+    seeds = sorted(c["seed"] for c in fair_report.row_cells("fc7-sh", pick, done))
+    assert seeds == [0, 1, 2]
+
+
+def test_the_fne_rows_search_each_normalisation_and_moe_runs_five_seeds():
+    done, _ = _run_grid(_peaked(-6, norm_bonus=3.0), ("fne-moe",))
+    pick = fair.chosen("fne-moe", done)
+    assert pick.norm == "layernorm" and pick.k == -6
+    norms = {c["recipe"]["img_norm"] for c in done.values()}
+    assert norms == {"none", "layernorm"}
+    assert len(fair_report.row_cells("fne-moe", pick, done)) == 5
+
+
+def test_a_learning_rate_at_the_bound_is_reported_as_such():
+    done, _ = _run_grid(_peaked(-20), ("fc7-sh",))
+    pick = fair.chosen("fc7-sh", done)
+    assert pick.k == fair.LR_BOUNDS[0]
+    assert fair_report.lr_inside("fc7-sh", pick, done) == "at the bound"
+
+
+def test_the_first_cells_compare_the_three_features_at_the_middle_rate():
+    first = [c.name for c in fair.pending({})[:5]]
+    assert first == [
+        "fair-fne-sh-lr0.001-nnone-d0-m1-s0",
+        "fair-fne-sh-lr0.001-nlayernorm-d0-m1-s0",
+        "fair-fc7-sh-lr0.001-nnone-d0-m1-s0",
+        "fair-fnef-sh-lr0.001-nnone-d0-m1-s0",
+        "fair-fnef-sh-lr0.001-nlayernorm-d0-m1-s0",
+    ]
+    # FIRST's searches and seeds all come before any other row's cell
+    _, order = _run_grid(_peaked(-6), ("fne-sh", "fc7-sh", "fnef-sh", "fne-mh"))
+    last_first = max(i for i, n in enumerate(order) if not n.startswith("fair-fne-mh"))
+    assert all(n.startswith("fair-fne-mh") for n in order[last_first + 1 :])
+    assert any(n.startswith("fair-fne-mh") for n in order)
+
+
+def test_each_setting_is_set_once_and_the_curriculum_rows_get_their_rates():
+    poe = fair.FairCell("fnef-poe", fair.Recipe(-6, "layernorm", 0.2, 0.5), 1)
+    s = poe.settings("STORE", 0.05)
+    assert s["data.features"] == "fne[t=none]" and s["model.img_norm"] == "layernorm"
+    assert s["loss.margin"] == 0.025 and s["train.lr"] == 1e-3
+    assert s["train.lr_max_phase"] == 1e-4 and s["train.patience"] == fair.PATIENCE_ORDER_MAX
+    assert poe.config == "configs/flickr8k-fne-poe.yaml"
+    ph = fair.FairCell("fc7-ph", fair.Recipe(-6), 0).settings("STORE", 0.2)
+    assert ph["train.lr_max_phase"] is None and ph["train.patience"] == fair.PATIENCE
+
+
+def test_the_report_section_reads_the_cells():
+    assert fair_report.section({}) == []
+    peaked = _peaked(-6)
+    done, _ = _run_grid(lambda c: peaked(c) + (20 if c.feature == "fc7" else 0),
+                        ("fne-sh", "fc7-sh", "fnef-sh"))  # fmt: skip
+    text = "\n".join(fair_report.section(done))
+    assert "| FC7-SH | " in text and "lr0.001-nnone-d0.2-m1 | yes | 3 |" in text
+    assert "| FNE beats the one-layer embedding (SH) | -20.0 ± 0.0 | 3 | one model: fails |" in (
+        text
+    )
+    assert "| FNE beats the one-layer embedding (MH) | — | 0 | not yet run |" in text
+    # 300 at the best rate, less 10 x |dropout - 0.2|, plus 20 for FC7; dev: less the seed
+    name = fair.FairCell("fc7-sh", fair.Recipe(-6), 0).name
+    assert f"| {name} | 318.0 | 318.0 | 9 / 13 | 1 | early stop | 10 min | 0000000 |" in text

@@ -255,13 +255,16 @@ def main() -> dict:
         t0 = time.perf_counter()
         scores = np.asarray(scorer([q["text"] for q in queries], ids))
         seconds = time.perf_counter() - t0
-        mine[split] = {"images": len(ids), "seconds": round(seconds, 1),
+        sha = hashlib.sha256(SPLIT_FILES[split].read_bytes()).hexdigest()[:16]
+        mine[split] = {"images": len(ids), "judgments_sha256": sha, "seconds": round(seconds, 1),
                        **evaluate(queries, ids, scores)}  # fmt: skip
         print(f"{scorer.name} on {split} ({len(queries)} queries, {len(ids)} photos)")
         print("\n".join(table(mine[split]["summary"])))
     mine["describe"] = getattr(scorer, "describe", None)
-    mine["command"] = "python benchmarks/query_scoreboard.py " + " ".join(sys.argv[1:])
+    mine["command"] = " ".join(["python benchmarks/query_scoreboard.py", *sys.argv[1:]])
     runs[scorer.name] = mine
+    # each split's figures carry the sha256 of the judgments they were scored on: a
+    # scorer whose sha differs from this one was scored on older judgments
     judgments = {s: hashlib.sha256(SPLIT_FILES[s].read_bytes()).hexdigest()[:16]
                  for s in SPLIT_FILES if SPLIT_FILES[s].is_file()}  # fmt: skip
     return record(path, {"judgments_sha256": judgments, "scorers": runs})

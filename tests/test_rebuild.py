@@ -30,17 +30,21 @@ class Loud(CountingEmbedder):
         print("batch", flush=True)
         return super().__call__(images)
 rep = c.update({photos!r}, Loud(delay={delay}), batch_size=1, progress=False)
+print(rep.summary(), flush=True)
 print("added", rep.added, flush=True)
 """
 
 REBUILDER = """
-import sys
+import os, sys, time
 sys.path.insert(0, {root!r})
 from tests.test_index import CountingEmbedder, INFO
 from vsekit.index import Collection
 class Loud(CountingEmbedder):
     def __call__(self, images):
         print("batch", flush=True)
+        t0 = time.monotonic()  # with a gate: hold the lock until the test opens it
+        while {gate!r} and not os.path.exists({gate!r}) and time.monotonic() - t0 < 60:
+            time.sleep(0.02)
         return super().__call__(images)
 with Collection.rebuild({idx!r}, INFO) as c:
     c.update({photos!r}, Loud(delay={delay}), batch_size=1, progress=False)
@@ -48,8 +52,11 @@ print("rebuilt", flush=True)
 """
 
 
-def _spawn(template: str, idx: Path, photos: Path, delay: float) -> subprocess.Popen:
-    script = template.format(root=str(ROOT), idx=str(idx), photos=str(photos), delay=delay)
+def _spawn(
+    template: str, idx: Path, photos: Path, delay: float, gate: str = ""
+) -> subprocess.Popen:
+    script = template.format(root=str(ROOT), idx=str(idx), photos=str(photos), delay=delay,
+                             gate=gate)  # fmt: skip
     return subprocess.Popen(
         [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -86,15 +93,19 @@ def test_writer_that_waited_for_a_rebuild_adds_to_the_new_index(tmp_path):
     idx = tmp_path / "idx"
     coll = Collection(idx, INFO)
     coll.update(photos_in(tmp_path / "old", 2, start=90), CountingEmbedder(), progress=False)
-    rebuilder = _spawn(REBUILDER, idx, small, delay=1.5)
+    gate = tmp_path / "gate"  # the rebuild holds its lock until the writer is waiting
+    rebuilder = _spawn(REBUILDER, idx, small, delay=0.0, gate=str(gate))
     assert rebuilder.stdout.readline().strip() == "batch"
     writer = _spawn(WRITER, idx, big, delay=0.0)
+    first = writer.stderr.readline()
+    assert "waiting" in first  # it really waited for the rebuild's lock
+    gate.touch()
     out, err = rebuilder.communicate(timeout=60)
     assert rebuilder.returncode == 0, err
     out, err = writer.communicate(timeout=60)
-    assert writer.returncode == 0, err
-    assert "waiting" in err  # it really waited for the rebuild's lock
-    assert out.strip().endswith("added 6")
+    assert writer.returncode == 0, first + err
+    assert "rebuilt by another process while this one waited" in out
+    assert "6 added" in out
     want = {f"{i:03d}.png" for i in [*range(6), *range(50, 53)]}
     assert _names(coll) == want  # the reader reopened the new database too
     assert_consistent(coll, big)
@@ -247,7 +258,9 @@ def test_nonfinite_rows_are_detected_at_open_and_repaired(tmp_path):
     emb = np.fromfile(f, np.float32).reshape(-1, 4)
     emb[3, 1] = np.nan
     emb.tofile(f)
-    with pytest.raises(CollectionError, match="1 embeddings are not finite.*--repair"):
+    with pytest.raises(
+        CollectionError, match="1 embeddings changed since they were written.*--repair"
+    ):
         Collection(tmp_path / "idx", INFO)
     coll = Collection(tmp_path / "idx", INFO, repair=True)
     embedder = CountingEmbedder()

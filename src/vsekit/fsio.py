@@ -200,6 +200,16 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
+#: SQLite INTEGER's range: modification times past 2262-04-11 (a camera's clock, an
+#: archive) are stored at its end, so one file's odd time never stops a batch
+NS_MIN, NS_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def clamp_ns(ns: int) -> int:
+    """A time in nanoseconds clamped to what SQLite's INTEGER holds."""
+    return min(max(int(ns), NS_MIN), NS_MAX)
+
+
 class RowFile:
     """A crash-safe, append-only file of float32 rows of ``dim`` columns: the one row
     store of the index's embeddings and the lab's feature stores.
@@ -247,8 +257,9 @@ class RowFile:
         if new:
             fsync_dir(self.path.parent)
 
-    def append(self, block) -> None:
-        """Append ``block`` (``[n, dim]``) at the end of the file (not yet fsync'ed)."""
+    def append(self, block) -> bytes:
+        """Append ``block`` (``[n, dim]``) at the end of the file (not yet fsync'ed);
+        returns the bytes written (for the index's row checksums)."""
         import numpy as np
 
         block = np.ascontiguousarray(block, np.float32)
@@ -257,7 +268,9 @@ class RowFile:
         with self._named():
             if self._fh is None:
                 self._fh = open(self.path, "ab")  # noqa: SIM115  (closed by sync)
-            self._fh.write(self.encode(block))
+            data = self.encode(block)
+            self._fh.write(data)
+        return data
 
     def sync(self) -> None:
         """Flush and fsync what was appended, and close the file."""

@@ -225,6 +225,7 @@ class Collection:
         with self.store.writer() as w:
             rep = update(self.store, w, root, embed, batch_size, progress, on_batch,
                          reduce_to, exclude, batches)  # fmt: skip
+            rep.replaced = self.store.replaced_at_lock
         self.refresh()
         return rep
 

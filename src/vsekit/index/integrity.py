@@ -1,12 +1,16 @@
 """The index's integrity, mixed into :class:`vsekit.index.store.IndexStore`: that the
-embeddings file holds every committed row, finite and unshared (:meth:`Integrity.check`,
-at every open), and dropping what it does not hold so that the next update re-embeds it
+embeddings file holds every committed row, unchanged since it was written (its checksum,
+:mod:`vsekit.index.checksums`) and unshared (:meth:`Integrity.check`, at every open), and
+dropping what it does not hold so that the next update re-embeds it
 (:meth:`Integrity.repair`, ``vse index --repair``)."""
 
 from __future__ import annotations
 
+import numpy as np
+
+from vsekit.index.checksums import backfill, bad_rows, forget_from, read_sums
 from vsekit.index.files import drop_caches
-from vsekit.index.rows import emb_path, nonfinite_rows, row_bytes
+from vsekit.index.rows import emb_path, open_rows, row_bytes
 from vsekit.index.schema import ALL_ROWS, CollectionError, set_meta
 
 SCAN_AT_OPEN = 1 << 30  # bytes of rows read through at each open for damage
@@ -14,14 +18,15 @@ SCAN_AT_OPEN = 1 << 30  # bytes of rows read through at each open for damage
 
 class Integrity:
     """Checks and repair over the store's attributes (``path``, ``dim``, ``storage``,
-    ``db_path``) and methods (``meta``, ``writer``, ``rows_file``, ``_query``,
-    ``_all_rows``, ``reopen_if_replaced``)."""
+    ``similarity``, ``db_path``) and methods (``meta``, ``writer``, ``rows_file``,
+    ``_query``, ``_all_rows``, ``reopen_if_replaced``)."""
 
     def check(self) -> None:
         """CollectionError naming the file and the repair command if the embeddings file
-        does not hold every committed row, holds rows that are not finite numbers (up to
-        :data:`SCAN_AT_OPEN` bytes; larger files are not read through at each open) or
-        two files share a row. A rebuild swapped in meanwhile is checked instead."""
+        does not hold every committed row, holds rows that changed since they were
+        written (up to :data:`SCAN_AT_OPEN` bytes; larger files are not read through at
+        each open) or two files share a row. A rebuild swapped in meanwhile is checked
+        instead."""
         try:
             self._check()
         except CollectionError:
@@ -29,11 +34,14 @@ class Integrity:
                 raise
             self._check()
 
+    def _repair_hint(self) -> str:
+        return f"run `vse index FOLDER --index {self.path} --repair` to re-embed what is damaged"
+
     def _check(self) -> None:
         meta = self.meta()
         gen, n_rows = int(meta["generation"]), int(meta["rows"])
         f = emb_path(self.path, gen, self.storage)
-        repair = f"run `vse index FOLDER --index {self.path} --repair` to re-embed what is missing"
+        repair = self._repair_hint()
         size = f.stat().st_size if f.is_file() else None
         if n_rows and size is None:
             raise CollectionError(f"{f}: missing, the index has {n_rows} embeddings; {repair}")
@@ -41,14 +49,14 @@ class Integrity:
             raise CollectionError(
                 f"{f}: truncated ({size} bytes for {n_rows} rows of {self.dim}); {repair}"
             )
-        bad = self.nonfinite_rows(gen, n_rows)
-        if bad:  # only rows still in use matter (repair leaves dropped ones behind)
-            listed = ",".join(str(r) for r in bad)
-            bad = self._query(f"SELECT row FROM ({self._all_rows()}) WHERE row IN ({listed})")
-        if bad:
-            raise CollectionError(
-                f"{f}: {len(bad)} embeddings are not finite numbers (the file is damaged); {repair}"
-            )
+        if n_rows and n_rows * row_bytes(self.dim, self.storage) <= SCAN_AT_OPEN:
+            used = np.asarray([r for (r,) in self._query(self._all_rows())], np.int64)
+            bad = self.damaged_rows(gen, n_rows, used[used < n_rows])
+            if len(bad):
+                raise CollectionError(
+                    f"{f}: {len(bad)} embeddings changed since they were written (the file "
+                    f"is damaged); {repair}"
+                )
         n, distinct, top = self._query(
             "SELECT COUNT(*), COUNT(DISTINCT row), COALESCE(MAX(row), -1) "
             f"FROM ({self._all_rows()})"
@@ -59,41 +67,65 @@ class Integrity:
                 f"{top >= n_rows and 'some point past the last row' or 'none past it'}; {repair}"
             )
 
-    def nonfinite_rows(self, gen: int, n_rows: int) -> list[int]:
-        """The committed rows of ``emb-<gen>`` holding a NaN or an infinity (rows are
-        refused before they are written, so these are damage); files over
-        :data:`SCAN_AT_OPEN` bytes are not read through at each open."""
+    def damaged_rows(self, gen: int, n_rows: int, rows: np.ndarray, db=None) -> np.ndarray:
+        """The rows among ``rows`` of ``emb-<gen>`` (``n_rows`` committed) whose bytes no
+        longer match their checksum (rows from before checksums: not finite, or not of
+        unit norm in an index of unit rows)."""
+        crc, known = read_sums(db if db is not None else self.db, n_rows)
+        emb = open_rows(emb_path(self.path, gen, self.storage), n_rows, self.dim, self.storage)
+        unit = self.similarity == "cosine"
+        return bad_rows(emb, rows, crc, known, unit, self.storage)
+
+    def backfill_sums(self, w) -> int:
+        """Give the rows in use that have no checksum (an index from before checksums)
+        one, after checking them; CollectionError (run --repair) if one is damaged.
+        The caller holds :meth:`writer` as ``w``; returns how many rows got one."""
+        meta = dict(w.execute("SELECT key, value FROM meta").fetchall())
+        gen, n_rows = int(meta["generation"]), int(meta["rows"])
+        crc, known = read_sums(w, n_rows)
+        used = np.asarray([r for (r,) in w.execute(ALL_ROWS)], np.int64)
+        used = used[used < n_rows]
+        if not len(used) or known[used].all():
+            return 0
         f = emb_path(self.path, gen, self.storage)
-        if n_rows * row_bytes(self.dim, self.storage) > SCAN_AT_OPEN:
-            return []  # 130,000 photos of 2,048 float32 dimensions and more: not at every open
-        return nonfinite_rows(f, n_rows, self.dim, self.storage)
+        emb = open_rows(f, n_rows, self.dim, self.storage)
+        unit = self.similarity == "cosine"
+        legacy = used[~known[used]]
+        if len(bad_rows(emb, legacy, crc, known, unit, self.storage)):
+            raise CollectionError(f"{f}: embeddings are damaged; {self._repair_hint()}")
+        with w:
+            return backfill(w, emb, legacy, known)
 
     def repair(self) -> int:
         """Drop what the embeddings file does not hold (rows past its end, rows shared by
-        two files, rows damaged into NaN or infinity) so that the next update re-embeds
-        exactly those files; returns how many files were dropped."""
+        two files, rows that changed since they were written) so that the next update
+        re-embeds exactly those files; returns how many files were dropped. The rows
+        kept that had no checksum (an index from before checksums) get one."""
         with self.writer() as w:
             meta = dict(w.execute("SELECT key, value FROM meta").fetchall())
             gen, n_rows = int(meta["generation"]), int(meta["rows"])
             rows = self.rows_file(gen)
             keep = min(n_rows, rows.rows_on_disk())
             # the whole file, whatever its size: a repair is asked for, not run at each open
-            emb = emb_path(self.path, gen, self.storage)
-            damaged = ",".join(map(str, nonfinite_rows(emb, keep, self.dim, self.storage)))
+            used = np.asarray([r for (r,) in w.execute(ALL_ROWS)], np.int64)
+            used = used[used < keep]
+            damaged = ",".join(map(str, self.damaged_rows(gen, keep, used, db=w).tolist()))
             damaged = damaged or "-1"
             with w:
-                bad_rows = f"""SELECT row FROM ({ALL_ROWS}) GROUP BY row
-                               HAVING COUNT(*) > 1 OR row >= {int(keep)}
-                                   OR row IN ({damaged})"""
+                bad_rows_sql = f"""SELECT row FROM ({ALL_ROWS}) GROUP BY row
+                                   HAVING COUNT(*) > 1 OR row >= {int(keep)}
+                                       OR row IN ({damaged})"""
                 bad = w.execute(
-                    f"""SELECT id FROM files WHERE row IN ({bad_rows}) UNION
-                        SELECT file_id FROM segments WHERE row IN ({bad_rows})"""
+                    f"""SELECT id FROM files WHERE row IN ({bad_rows_sql}) UNION
+                        SELECT file_id FROM segments WHERE row IN ({bad_rows_sql})"""
                 ).fetchall()
                 n0 = w.execute("SELECT COUNT(*) FROM files").fetchone()[0]
                 w.executemany("DELETE FROM segments WHERE file_id = ?", bad)
                 w.executemany("DELETE FROM files WHERE id = ?", bad)
                 set_meta(w, rows=keep)
+                forget_from(w, keep)
                 drop_caches(w, self.path)  # derived from rows that may have changed
                 dropped = n0 - w.execute("SELECT COUNT(*) FROM files").fetchone()[0]
             rows.truncate(keep)
+            self.backfill_sums(w)
             return dropped

@@ -153,26 +153,14 @@ def row_file(path: Path, dim: int, storage: str = "f32") -> RowFile:
     return RowFile(path, dim) if check_storage(storage) == "f32" else Int8RowFile(path, dim)
 
 
-def nonfinite_rows(path: Path, n_rows: int, dim: int, storage: str = "f32",
-                   block: int = 16_384) -> list[int]:  # fmt: skip
-    """The rows among the first ``n_rows`` of the file at ``path`` that hold a NaN or an
-    infinity; none if the file is missing or shorter. One pass in blocks: about 20 ms for
-    7,000 rows of 2,048 from the page cache."""
-    if not n_rows or not path.is_file() or path.stat().st_size < n_rows * row_bytes(dim, storage):
-        return []
-    emb = open_rows(path, n_rows, dim, storage)
-    bad: list[int] = []
-    for a in range(0, n_rows, block):
-        ok = np.isfinite(emb[a : a + block]).all(axis=1)
-        bad.extend((a + np.flatnonzero(~ok)).tolist())
-    return bad
-
-
 def copy_rows(src: Path, n_rows: int, dim: int, storage: str, rows: list[int], dst: RowFile,
-              block: int = 65_536) -> None:  # fmt: skip
-    """Write ``src``'s ``rows`` (in that order) as ``dst``'s whole content, synced."""
+              block: int = 65_536) -> list[bytes]:  # fmt: skip
+    """Write ``src``'s ``rows`` (in that order) as ``dst``'s whole content, synced;
+    returns the bytes written, block by block."""
     old = open_rows(src, n_rows, dim, storage)
     dst.truncate(0)
+    written = []
     for a in range(0, len(rows), block):
-        dst.append(np.asarray(old[rows[a : a + block]]))
+        written.append(dst.append(np.asarray(old[rows[a : a + block]])))
     dst.sync()
+    return written

@@ -16,7 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
+from vsekit.index.checksums import bad_rows, read_sums
 from vsekit.index.rows import emb_path, for_scattered_reads, open_rows
+from vsekit.index.scan import printable
+from vsekit.index.schema import CollectionError
 from vsekit.topk import dot_scores
 
 
@@ -62,6 +65,28 @@ class Snapshot:
     #: per file (by position): its :class:`~vsekit.media.exif.PhotoMeta` fields, None
     #: (NaN for lat/lon) where unknown
     photo_meta: dict[str, list] = field(repr=False, default_factory=dict)
+    #: each row's checksum and whether it has one (:mod:`vsekit.index.checksums`)
+    crc: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.uint32))
+    crc_known: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, bool))
+    emb_file: Path | None = None
+    storage: str = "f32"
+    unit_rows: bool = False
+
+    def verify(self, rows) -> None:
+        """CollectionError (naming the files and ``--repair``) if any of ``rows`` changed
+        since it was written: every row a result is read from is checked."""
+        rows = np.asarray(rows, np.int64).reshape(-1)
+        if not len(self.crc_known) or not len(rows):
+            return
+        bad = bad_rows(self.emb, rows, self.crc, self.crc_known, self.unit_rows, self.storage)
+        if len(bad):
+            names = ", ".join(printable(self.paths[int(self.row_to_pos[r])]) for r in bad[:3])
+            index = self.emb_file.parent if self.emb_file is not None else "INDEX"
+            raise CollectionError(
+                f"{self.emb_file}: the embeddings of {names} changed since they were "
+                f"written (the file is damaged); run `vse index FOLDER --index {index} "
+                "--repair` to re-embed them"
+            )
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -92,7 +117,10 @@ class Snapshot:
 
     def embedding_of(self, file_id: int) -> np.ndarray | None:
         pos = self.id_to_pos.get(int(file_id))
-        return None if pos is None else np.array(self.emb[self.rows[pos]])
+        if pos is None:
+            return None
+        self.verify([self.rows[pos]])
+        return np.array(self.emb[self.rows[pos]])
 
     def segments_of(self, file_id: int) -> list[tuple[float, float]]:
         """``[(start, end)]`` of an indexed video's segments (empty for a photo)."""
@@ -102,7 +130,7 @@ class Snapshot:
 
     def hits(self, scores: np.ndarray, rows: np.ndarray, k: int) -> list[Hit]:
         """The first ``k`` distinct files of a ranked row list (a file's best row)."""
-        out, seen = [], set()
+        out, seen, read = [], set(), []
         for s, r in zip(scores, rows, strict=True):
             if r < 0:
                 continue
@@ -110,6 +138,7 @@ class Snapshot:
             if pos in seen:
                 continue
             seen.add(pos)
+            read.append(r)
             start, end = self.row_start[r], self.row_end[r]
             out.append(
                 Hit(int(self.ids[pos]), self.paths[pos], float(s),
@@ -118,6 +147,7 @@ class Snapshot:
             )  # fmt: skip
             if len(out) == k:
                 break
+        self.verify(read)
         return out
 
     def with_best_segment(self, hit: Hit, query: np.ndarray, score_fn=None, bias=None) -> Hit:
@@ -195,6 +225,7 @@ def read_snapshot(db: sqlite3.Connection, index: Path, dim: int) -> Snapshot:
             emb = open_rows(f, n_rows, dim, storage)
         else:
             emb = np.zeros((0, dim), np.float32)
+        crc, crc_known = read_sums(db, n_rows)
         version = db.execute("PRAGMA data_version").fetchone()[0]
     finally:
         db.execute("COMMIT")
@@ -247,4 +278,9 @@ def read_snapshot(db: sqlite3.Connection, index: Path, dim: int) -> Snapshot:
         meta=meta,
         id_to_pos=id_to_pos,
         photo_meta=photo_meta,
+        crc=crc,
+        crc_known=crc_known,
+        emb_file=Path(f),
+        storage=storage,
+        unit_rows=meta.get("similarity", "cosine") == "cosine",
     )

@@ -29,7 +29,10 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
+
 from vsekit.fsio import RowFile, exclusive_lock
+from vsekit.index.checksums import encoded_crcs, record_blocks
 from vsekit.index.files import (
     DB_NAME,
     LOCK_NAME,
@@ -81,6 +84,8 @@ class IndexStore(Integrity):
         self._read_lock = threading.RLock()
         self._lock_held = lock_held  # a rebuild's store: its caller holds the lock
         self._model_info = model_info
+        #: a rebuild replaced the database while :meth:`writer` waited for the lock
+        self.replaced_at_lock = False
         if not self.db_path.is_file():
             if model_info is None:
                 raise CollectionError(f"{self.path}: no index here (run `vse index DIR` first)")
@@ -94,7 +99,10 @@ class IndexStore(Integrity):
     def _open(self) -> None:
         """Open the read-only connection and read the model's meta (again after a
         rebuild replaced the database)."""
-        rebuild = f"rebuild it with `vse index FOLDER --index {self.path} --rebuild`"
+        rebuild = (
+            f"rebuild it with `vse index FOLDER --index {self.path} --rebuild` (your "
+            "photos are untouched; only the index is made again)"
+        )
         inode = file_identity(self.db_path)
         try:
             self.db = self._reader()
@@ -182,7 +190,10 @@ class IndexStore(Integrity):
         return self._w
 
     def _create(self, model_info: dict, generation: int) -> None:
-        rebuild = f"rebuild it with `vse index FOLDER --index {self.path} --rebuild`"
+        rebuild = (
+            f"rebuild it with `vse index FOLDER --index {self.path} --rebuild` (your "
+            "photos are untouched; only the index is made again)"
+        )
         with self.writer(reopen=False) as w:
             if dict(w.execute("SELECT key, value FROM meta").fetchall()):
                 return  # another process created it while this one waited
@@ -213,8 +224,7 @@ class IndexStore(Integrity):
                 return
             waiting = f"{self.path}: another process is updating this index; waiting"
             with exclusive_lock(self.path / LOCK_NAME, wait=waiting):
-                if reopen:
-                    self.reopen_if_replaced()
+                self.replaced_at_lock = reopen and self.reopen_if_replaced()
                 yield self._writer_db()
         except sqlite3.OperationalError as e:  # disk full, I/O error: one line, the file
             raise CollectionError(f"{self.db_path}: {e}; nothing past the last commit "
@@ -328,9 +338,14 @@ class IndexStore(Integrity):
         if garbage < max(min_garbage, len(live)):
             return False
         old = emb_path(self.path, gen, self.storage)
-        copy_rows(old, n_rows, self.dim, self.storage, [r for _, _, r in live],
-                  self.rows_file(gen + 1))  # fmt: skip
+        keep = np.asarray([r for _, _, r in live], np.int64)
+        if len(self.damaged_rows(gen, n_rows, keep, db=w)):  # never carry damage forward
+            raise CollectionError(f"{old}: embeddings are damaged; {self._repair_hint()}")
+        new_file = self.rows_file(gen + 1)
+        written = copy_rows(old, n_rows, self.dim, self.storage, keep.tolist(), new_file)
+        crcs = [encoded_crcs(b, new_file.row_bytes) for b in written]
         with w:
+            record_blocks(w, np.concatenate(crcs) if crcs else np.zeros(0, np.uint32))
             new_rows = [(t, j, i) for j, (t, i, _) in enumerate(live)]
             w.executemany(
                 "UPDATE files SET row = ? WHERE id = ?",

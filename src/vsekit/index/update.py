@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vsekit.index.checksums import encoded_crcs, record
 from vsekit.index.scan import match_moves, printable, scan_media
 from vsekit.index.schema import PATH, CollectionError, path_param, set_meta
 from vsekit.index.store import IndexStore
@@ -40,15 +41,23 @@ class UpdateReport:
     unchanged: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)  # (path, error)
     embedded: int = 0  # images (and video frames) that went through the model
+    #: indexed files that changed and then failed: their old rows are gone (a file's
+    #: changed content is never served from its old embedding)
+    dropped: int = 0
+    replaced: bool = False  # a rebuild replaced the index while this update waited
     seconds: float = 0.0
 
     def summary(self) -> str:
         return (
             f"{self.scanned} files: {self.added} added, {self.updated} updated, "
             f"{self.removed} removed, {self.moved} moved, {self.unchanged} unchanged, "
-            f"{len(self.failed)} failed "
-            f"({self.seconds:.1f} s)"
-        )
+            f"{len(self.failed)} failed"
+            + (f" ({self.dropped} changed and cannot be read now: dropped from the index)"
+               if self.dropped else "")
+            + f" ({self.seconds:.1f} s)"
+            + ("; the index was rebuilt by another process while this one waited, and these"
+               " counts are against the rebuilt index" if self.replaced else "")
+        )  # fmt: skip
 
 
 def update(
@@ -73,6 +82,7 @@ def update(
     so a killed run keeps every committed batch and the next one embeds only the rest."""
     t0 = time.perf_counter()
     rep = UpdateReport()
+    store.backfill_sums(w)  # an index from before checksums: its rows get theirs
     store.add_root(w, root)
     prefix = os.path.join(os.path.abspath(root), "")
     known = {p: (i, s, m) for i, p, s, m in w.execute("SELECT id, path, size, mtime_ns FROM files")}
@@ -251,8 +261,7 @@ def commit_batch(
     gen, n_rows = int(meta["generation"]), int(meta["rows"])
     rows = store.rows_file(gen)
     rows.truncate(n_rows)  # drop bytes of an interrupted batch
-    for block in (vecs, *extra):
-        rows.append(block)
+    written = b"".join(rows.append(block) for block in (vecs, *extra))
     rows.sync()
     next_row = n_rows + len(ok)
     metas = [read_meta(p, mtime) for p, _, mtime in ok]  # headers only
@@ -285,10 +294,18 @@ def commit_batch(
             w.execute(f"DELETE FROM failed WHERE path = {PATH}", (path_param(p),))
             put_meta(w, file_id, metas[j])
         for p, size, mtime, err in errors:
+            if p in known:  # it changed and cannot be read: its old row must not stay
+                file_id = known[p][0]
+                for table, key in (("segments", "file_id"), ("photo_meta", "file_id"),
+                                   ("files", "id")):  # fmt: skip
+                    w.execute(f"DELETE FROM {table} WHERE {key} = ?", (file_id,))
+                err = f"{err} (it changed since it was indexed: dropped from the index)"
+                rep.dropped += 1
             w.execute(
                 f"INSERT OR REPLACE INTO failed (path, size, mtime_ns, error) "
                 f"VALUES ({PATH}, ?, ?, ?)",
                 (path_param(p), size, mtime, err),
             )
             rep.failed.append((p, err))
+        record(w, n_rows, encoded_crcs(written, rows.row_bytes))
         set_meta(w, rows=next_row)

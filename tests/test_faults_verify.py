@@ -110,3 +110,21 @@ def test_cli_names_the_damaged_file_in_one_line(tmp_path, capsys):
     assert main(["annotate", str(photo), "--model", str(bundle)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "tagger.safetensors: damaged or edited" in err[0]
+
+
+@pytest.mark.parametrize("name", ["onnx.json", "expansion.json", MANIFEST])
+def test_a_json_file_damaged_into_invalid_json_is_named_with_the_fix(tmp_path, name, capsys):
+    """Files the manifest does not cover (written later, by setup) are parsed with a
+    file-level message too, not the parser's text alone."""
+    from vsekit.cli import main
+
+    bundle = _linked_copy(default_model_dir(), tmp_path / "m")
+    f = bundle / name
+    _replace(f, f.read_bytes()[:-7])  # cut inside the object
+    with pytest.raises(
+        ModelError, match=rf"{name}: (damaged|unreadable).*(reinstall|rebuild|re-create)"
+    ):
+        vsekit.load_model(str(bundle))
+    assert main(["model", "info", str(bundle)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and name in err

@@ -183,10 +183,30 @@ def onnx_available(path: Path) -> bool:
     return True
 
 
+def read_json(file: Path, fix: str = "reinstall vsekit or rebuild the bundle") -> dict:
+    """A bundle's JSON file as a dict; ModelError naming the file, what is wrong with it
+    and ``fix`` when it cannot be read, is not JSON or is not an object."""
+    try:
+        data = json.loads(file.read_text())
+    except OSError as e:
+        raise ModelError(f"{file}: cannot be read ({e.strerror}); {fix}") from e
+    except (ValueError, UnicodeDecodeError) as e:
+        where = f" at line {e.lineno}" if isinstance(e, json.JSONDecodeError) else ""
+        raise ModelError(f"{file}: damaged (not valid JSON{where}); {fix}") from e
+    if not isinstance(data, dict):
+        raise ModelError(f"{file}: damaged (not a JSON object); {fix}")
+    return data
+
+
 def read_onnx_meta(path: Path) -> dict:
     """``onnx.json``: the ONNX files' sha256, the weights' fingerprint, the default
     precision."""
-    return json.loads((path / "onnx.json").read_text())
+    fix = (
+        "reinstall vsekit"
+        if path == default_model_dir()
+        else f"re-create the ONNX files with `vse model onnx {path}`"
+    )
+    return read_json(path / "onnx.json", fix)
 
 
 def verify_onnx(
@@ -261,10 +281,7 @@ def write_expansion(path: Path, words: Sequence[str], vectors: ExpansionVectors,
 def verify_expansion(path: Path) -> None:
     """ModelError naming an expansion file whose sha256 is not the one ``expansion.json``
     recorded (expansions written before the record load unverified)."""
-    try:
-        sha = json.loads((path / EXPANSION_INFO).read_text()).get("sha256", {})
-    except (OSError, ValueError) as e:
-        raise ModelError(f"{path / EXPANSION_INFO}: unreadable ({e})") from e
+    sha = read_json(path / EXPANSION_INFO).get("sha256", {})
     for name, want in sha.items():
         f = path / name
         if not f.is_file() or file_sha256(f) != want:

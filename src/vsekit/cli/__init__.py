@@ -13,6 +13,7 @@ a one-line ``vse: error: ...`` message and exit code 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sqlite3
 import sys
 from collections.abc import Sequence
@@ -141,9 +142,25 @@ def _unknown_command(argv: list[str]) -> str | None:
 
 
 def _one_line(e: BaseException) -> str:
+    """An exception as one printable line (undecodable bytes as ``\\xNN``)."""
+    from vsekit.index.scan import printable
+
     if isinstance(e, OSError) and e.filename is not None and e.strerror:
-        return f"{e.filename}: {e.strerror}"
-    return " ".join(str(e).split()) or type(e).__name__
+        return printable(f"{e.filename}: {e.strerror}")
+    return printable(" ".join(str(e).split())) or type(e).__name__
+
+
+def _database_error(e: sqlite3.Error, args: argparse.Namespace) -> str:
+    """A damaged (or locked) index database: what happened and the way on."""
+    folder = getattr(args, "index", None)
+    if not isinstance(e, sqlite3.DatabaseError) or isinstance(e, sqlite3.OperationalError):
+        return f"index database: {_one_line(e)}"
+    where = f" --index {folder}" if isinstance(folder, str) else ""
+    return (
+        f"index database{f' {folder}/index.sqlite' if where else ''}: {_one_line(e)}; "
+        f"rebuild it with `vse index FOLDER{where} --rebuild` (your photos are untouched; "
+        "only the index is made again)"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -163,11 +180,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"vse: error: {_one_line(e)}", file=sys.stderr)
         return 2
     except sqlite3.Error as e:  # an index database busy for 30 s, or damaged after opening
-        print(f"vse: error: index database: {_one_line(e)}", file=sys.stderr)
+        print(f"vse: error: {_database_error(e, args)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("vse: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # a bug: one line, not a traceback (VSEKIT_DEBUG=1 shows it)
+        if os.environ.get("VSEKIT_DEBUG"):
+            raise
+        print(f"vse: internal error: {type(e).__name__}: {_one_line(e)} (a bug in vsekit; "
+              "VSEKIT_DEBUG=1 shows the traceback)", file=sys.stderr)  # fmt: skip
+        return 1
 
 
 def _quiet_stdout() -> None:

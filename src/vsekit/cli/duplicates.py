@@ -29,22 +29,27 @@ def _add_duplicates(sub: argparse._SubParsersAction) -> None:
 def _duplicates(args: argparse.Namespace) -> int:
     from vsekit.index import Collection
     from vsekit.index.duplicates import find_duplicates
-    from vsekit.index.scan import printable
+    from vsekit.index.scan import path_fields, shown
 
     coll = Collection(args.index)
     if coll.similarity != "cosine" and args.kind != "exact":
         raise ValueError(f"{coll.path}: near-duplicates need a cosine model's embeddings")
     groups = find_duplicates(coll.snapshot, args.threshold, args.kind)
     if args.json:
-        out = [{**{k: v for k, v in asdict(g).items() if k != "pairs"},
-                "paths": [printable(p) for p in g.paths]} for g in groups]  # fmt: skip
+        out = []
+        for g in groups:
+            fields = [path_fields(p) for p in g.paths]
+            out.append({**{k: v for k, v in asdict(g).items() if k != "pairs"},
+                        "paths": [f["path"] for f in fields]})  # fmt: skip
+            if any("path_b64" in f for f in fields):  # a name that is not UTF-8: its bytes
+                out[-1]["paths_b64"] = [path_fields(p, always=True)["path_b64"] for p in g.paths]
         print(json.dumps(out, indent=2))
         return 0
     for g in groups:
         how = "same content" if g.kind == "exact" else f"similarity >= {g.similarity:.3f}"
         print(f"{g.kind} ({len(g.paths)} files, {how}):")
         for p in g.paths:
-            print(f"  {printable(p)}")
+            print(f"  {shown(p)}")
     extra = sum(len(g.paths) - 1 for g in groups)
     n_exact = sum(g.kind == "exact" for g in groups)
 

@@ -28,13 +28,13 @@ def report_skipped(failed: list[tuple[str, str]], verbose: bool = False) -> None
     one line counting the rest by reason: 100,000 empty files are not 100,000 lines."""
     from collections import Counter
 
-    from vsekit.index.scan import printable
+    from vsekit.index.scan import shown
 
     def reason(path: str, err: str) -> str:
         return err[len(path) :].lstrip(": ") if err.startswith(path) else err
 
     for path, err in failed if verbose else failed[:SHOWN]:
-        print(f"skipped {printable(path)}: {reason(path, err)}", file=sys.stderr)
+        print(f"skipped {shown(path)}: {shown(reason(path, err))}", file=sys.stderr)
     rest = [] if verbose else failed[SHOWN:]
     if rest:
         why = Counter(reason(p, e).split(" (")[0] for p, e in rest)

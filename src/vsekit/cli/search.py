@@ -42,7 +42,7 @@ def _search(args: argparse.Namespace) -> int:
     from vsekit.index.api import open_index
     from vsekit.index.filters import Filters
     from vsekit.index.query import check_query
-    from vsekit.index.scan import printable
+    from vsekit.index.scan import path_fields, shown
     from vsekit.media.images import open_regular
 
     if (args.query is None) == (args.image is None):
@@ -63,9 +63,10 @@ def _search(args: argparse.Namespace) -> int:
     if not hits and filters:
         print(f"note: no photo of the {len(index):,} indexed matches the filters (dates come "
               "from EXIF, else from the file's modification time)", file=sys.stderr)  # fmt: skip
-    # a name that is not UTF-8 is shown with its undecodable bytes as \xNN
+    # a name that is not UTF-8 is shown with its undecodable bytes as \xNN (and, in JSON,
+    # its real bytes in path_b64); in plain output control characters are escaped too
     if args.json:
-        print(json.dumps([{**h.__dict__, "path": printable(h.path)} for h in hits], indent=2))
+        print(json.dumps([{**h.__dict__, **path_fields(h.path)} for h in hits], indent=2))
     elif args.paths_only:  # for pipes: the file-system bytes, so xargs finds the file
         import os
 
@@ -75,5 +76,5 @@ def _search(args: argparse.Namespace) -> int:
     else:
         for h in hits:
             at = f"  [{clock(h.start)}-{clock(h.end)}]" if h.start is not None else ""
-            print(f"{h.score:7.4f}  {printable(h.path)}{at}")
+            print(f"{h.score:7.4f}  {shown(h.path)}{at}")
     return 0

@@ -12,6 +12,7 @@ import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from vsekit.fsio import NS_MAX, NS_MIN, clamp_ns  # noqa: F401  (re-exported)
 from vsekit.media.images import IMAGE_SUFFIXES, UNREADABLE
 from vsekit.media.video import INSTALL_HINT, VIDEO_SUFFIXES, is_video, video_support
 
@@ -19,6 +20,38 @@ from vsekit.media.video import INSTALL_HINT, VIDEO_SUFFIXES, is_video, video_sup
 def printable(path: str) -> str:
     """A path that can be printed and stored: undecodable bytes as ``\\xNN``."""
     return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+#: control characters (C0, DEL, C1) as ``ls`` shows them: ``\n``, ``\t``, ``\r``, ``\xNN``
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7F, 0xA0)]} | {
+    ord("\n"): "\\n",
+    ord("\t"): "\\t",
+    ord("\r"): "\\r",
+}
+
+
+def shown(text: str) -> str:
+    """Text for one terminal line: :func:`printable`, and control characters escaped, so
+    that a file name holding a newline is still one line (as ``ls`` shows it)."""
+    return printable(text).translate(_CONTROL)
+
+
+def path_fields(path: str, always: bool = False) -> dict[str, str]:
+    """A path in JSON output: ``path`` as text (:func:`printable`), and, when the name is
+    not UTF-8 and that text is therefore not the real name (or ``always``),
+    ``path_b64``: the file-system bytes in base64, which round-trip."""
+    import base64
+
+    out = {"path": printable(path)}
+    raw = os.fsencode(path)
+    try:
+        raw.decode("utf-8")
+        utf8 = True
+    except UnicodeDecodeError:
+        utf8 = False
+    if always or not utf8:
+        out["path_b64"] = base64.b64encode(raw).decode("ascii")
+    return out
 
 
 def inside(path: str, root: str) -> bool:
@@ -83,7 +116,7 @@ def scan_media(
             if os.path.islink(p) and not inside(os.path.realpath(p), real_root):
                 skipped.append((printable(p), "symbolic link to a file outside the folder"))
                 continue
-            yield p, st.st_size, st.st_mtime_ns
+            yield p, st.st_size, clamp_ns(st.st_mtime_ns)
     for extra, n in sorted(needs.items()):  # once per run: what would read them
         kind = "HEIC/HEIF photos" if extra == "heic" else "camera RAW files"
         skipped.append((f"{n} {kind} under {printable(str(root))}",

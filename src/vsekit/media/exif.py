@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from PIL import Image
 
-from vsekit.fsio import open_no_wait
+from vsekit.fsio import NS_MAX, NS_MIN, open_no_wait
 
 EXIF_IFD, GPS_IFD = 0x8769, 0x8825
 DATETIME_ORIGINAL, DATETIME_DIGITIZED, DATETIME = 36867, 36868, 306
@@ -40,6 +40,7 @@ def _text(v) -> str | None:
         v = v.decode("utf-8", "replace")
     if not isinstance(v, str):
         return None
+    v = v.encode("utf-8", "replace").decode("utf-8")  # lone surrogates cannot be stored
     v = v.strip("\0 ").strip()
     return v or None
 
@@ -66,8 +67,15 @@ def _degrees(v, ref) -> float | None:
     return out
 
 
-def mtime_text(mtime_ns: int) -> str:
-    return dt.datetime.fromtimestamp(mtime_ns / 1e9).replace(microsecond=0).isoformat()
+def mtime_text(mtime_ns: int) -> str | None:
+    """A modification time as local ISO text; None where it is not a date (past year
+    9999, or SQLite's clamped stand-in for a time past 2262)."""
+    if mtime_ns in (NS_MIN, NS_MAX):
+        return None
+    try:
+        return dt.datetime.fromtimestamp(mtime_ns / 1e9).replace(microsecond=0).isoformat()
+    except (OverflowError, ValueError, OSError):
+        return None
 
 
 def read_meta(path: str | os.PathLike, mtime_ns: int) -> PhotoMeta:
@@ -87,11 +95,16 @@ def read_meta(path: str | os.PathLike, mtime_ns: int) -> PhotoMeta:
             sha = hashlib.file_digest(fh, "sha256").hexdigest()
             fh.seek(0)
             with Image.open(fh) as im:
-                exif = im.getexif()
-                sub = exif.get_ifd(EXIF_IFD)
-                gps = exif.get_ifd(GPS_IFD)
-        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+                return _from_exif(im.getexif(), mtime_ns, sha)
+        # a malformed header of any kind (Pillow's parser raises struct.error, TypeError,
+        # IndexError, ... besides OSError) costs the file its EXIF fields, nothing more
+        except Exception:  # noqa: BLE001
             return PhotoMeta(mtime_text(mtime_ns), "mtime", sha256=locals().get("sha"))
+
+
+def _from_exif(exif, mtime_ns: int, sha: str) -> PhotoMeta:
+    sub = exif.get_ifd(EXIF_IFD)
+    gps = exif.get_ifd(GPS_IFD)
     taken = next((t for t in (_exif_time(sub.get(DATETIME_ORIGINAL)),
                               _exif_time(sub.get(DATETIME_DIGITIZED)),
                               _exif_time(exif.get(DATETIME))) if t), None)  # fmt: skip

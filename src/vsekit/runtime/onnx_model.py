@@ -13,7 +13,6 @@ and NumPy (:mod:`vsekit.media.views`), exactly as the PyTorch path does.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -30,6 +29,7 @@ from vsekit.bundle import (
     int8_fingerprint,
     missing_onnx,
     read_bundle_extras,
+    read_json,
     read_onnx_meta,
     text_files,
     verify_bundle,
@@ -179,9 +179,11 @@ class OnnxModel(BaseModel):
                 f"{path}: no {', '.join(missing)}; create them with `vse model onnx {path}`"
             )
         verify_bundle(path)
+        info = read_json(path / "bundle.json")
         try:
-            info = json.loads((path / "bundle.json").read_text())
             return cls(path, info, threads, precision, image_precision)
+        except ModelError:
+            raise
         except (OSError, KeyError, ValueError) as e:
             raise ModelError(f"{path}: broken model bundle ({e})") from e
 

@@ -83,8 +83,10 @@ def test_the_budget_chooses_the_structure():
     assert spec == "OPQ256_512,IVF16384_HNSW32,PQ256x4fs" and nprobe == 128
     assert choose_spec(10_000_000, 2048, 1 << 30)[0] == "OPQ128_256,IVF16384_HNSW32,PQ128x4fs"
     assert choose_spec(1_000_000, 2048, 4 << 30)[0] == "OPQ256_512,IVF4096,PQ256x4fs"
-    with pytest.raises(ValueError, match="too small for 10,000,000 rows"):
+    with pytest.raises(ValueError, match="--max-ram 100M: too small for 10,000,000 rows"):
         choose_spec(10_000_000, 2048, 100 << 20)
+    # below 256 rows IVF-PQ cannot be trained (FAISS's assertion was the message)
+    assert choose_spec(12, 2048, 150 << 10) == (None, 32)
     assert parse_size("4G") == 4 << 30 and parse_size("512m") == 512 << 20
     assert parse_size("1.5GiB") == 3 << 29 and parse_size("2000") == 2000
     for bad in ("lots", "-1G", "0", "nanG"):
@@ -295,9 +297,14 @@ def test_cli_storage_and_budget(tmp_path, capsys):
     ]  # the same photos in the same order
     assert main(run) == 0  # later updates keep the int8 storage without the flag
     assert Collection(idx).store.storage == "int8"
-    assert main([*run, "--max-ram", "100"]) == 2  # refused before it is recorded
-    assert "--max-ram 0M: too small for 6 rows" in capsys.readouterr().err
-    assert Collection(idx).snapshot.meta["ann_max_ram"] == str(2 << 30)
+    # too few rows for IVF-PQ: they stay in float, and the note says so
+    assert main([*run, "--max-ram", "100"]) == 0
+    assert "too few to train IVF-PQ" in capsys.readouterr().err
+    assert Collection(idx).snapshot.meta["ann_max_ram"] == "100"
+    assert main(["search", "a dog", "--index", idx, "--k", "6", "--method", "faiss"]) == 0
+    assert [line.split()[-1] for line in capsys.readouterr().out.splitlines()] == [
+        line.split()[-1] for line in before.splitlines()
+    ]
     (tmp_path / "idx" / "index.sqlite").write_bytes(b"not a database" * 100)
     assert main(run) == 2
     assert "--rebuild" in capsys.readouterr().err

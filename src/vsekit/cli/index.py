@@ -144,7 +144,7 @@ def _index(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.folder}: not a folder")
     if args.rebuild and args.repair:
         raise ValueError("--rebuild and --repair: choose one")
-    from vsekit.index.ann import choose_spec, parse_size
+    from vsekit.index.ann import budget_note, choose_spec, parse_size
     from vsekit.index.schema import CollectionError
     from vsekit.index.store import storage_of
 
@@ -181,6 +181,9 @@ def _index(args: argparse.Namespace) -> int:
         t1 = time.perf_counter()
         if budget is not None:
             choose_spec(max(len(coll), 1), coll.dim, budget)  # refused before it is recorded
+            note = budget_note(max(len(coll), 1), coll.dim, budget)
+            if note:
+                print(note, file=sys.stderr)
             coll.store.set_ann_budget(budget)
         rep = coll.update(
             args.folder,

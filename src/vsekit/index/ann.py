@@ -50,6 +50,22 @@ def parse_size(text: str) -> int:
     return int(value)
 
 
+#: fewer rows than this cannot train IVF-PQ (see :func:`choose_spec`)
+PQ_MIN_ROWS = 256
+
+
+def budget_note(n: int, dim: int, max_ram: int) -> str | None:
+    """What ``vse index --max-ram`` says when the budget is below ``n`` float rows but
+    they are too few for IVF-PQ, so they stay in float; None otherwise."""
+    if n >= PQ_MIN_ROWS or n * dim * 4 <= max_ram // 2:
+        return None
+    return (
+        f"note: --max-ram {_size(max_ram)} is below these {n:,} rows in float "
+        f"({_size(2 * n * dim * 4)} with room to search), but they are too few to train "
+        f"IVF-PQ (it needs {PQ_MIN_ROWS}); they are searched in float until there are more"
+    )
+
+
 def choose_spec(n: int, dim: int, max_ram: int = DEFAULT_MAX_RAM) -> tuple[str | None, int]:
     """``(spec, nprobe)`` for ``n`` rows of ``dim`` under ``max_ram`` bytes.
 
@@ -61,8 +77,12 @@ def choose_spec(n: int, dim: int, max_ram: int = DEFAULT_MAX_RAM) -> tuple[str |
     scanned at every add and query)
     whose codes, ids and coarse centroids fit in 80% of the budget. ``nprobe``: 64, or
     ``nlist / 128`` lists once that is more (a query's true neighbours spread over more
-    lists as they grow finer)."""
-    if n * dim * 4 <= max_ram // 2:
+    lists as they grow finer).
+
+    Below :data:`PQ_MIN_ROWS` rows IVF-PQ cannot be trained (OPQ learns 256 centroids
+    a sub-space, from at least as many rows), so the rows are kept in float whatever the
+    budget: at most 8 MB at 2,048 dimensions."""
+    if n * dim * 4 <= max_ram // 2 or n < PQ_MIN_ROWS:
         return None, 32
     nlist = int(min(65_536, max(16, 2 ** round(math.log2(4 * math.sqrt(n))))))
     for m in (128, 64, 32, 16, 8, 4, 2):
@@ -75,10 +95,19 @@ def choose_spec(n: int, dim: int, max_ram: int = DEFAULT_MAX_RAM) -> tuple[str |
         if need <= 0.8 * max_ram:
             coarse = f"IVF{nlist}_HNSW32" if nlist >= 8192 else f"IVF{nlist}"
             return f"OPQ{2 * m}_{d_out},{coarse},PQ{2 * m}x4fs", max(64, nlist // 128)
+    need = n * 10 * 1.05 / 0.8
     raise ValueError(
-        f"--max-ram {max_ram / (1 << 20):,.0f}M: too small for {n:,} rows of {dim} "
-        f"(the smallest IVF-PQ codes need about {n * 10 * 1.05 / 0.8 / (1 << 20):,.0f}M)"
+        f"--max-ram {_size(max_ram)}: too small for {n:,} rows of {dim} "
+        f"(the smallest IVF-PQ codes need about {_size(need)})"
     )
+
+
+def _size(n: float) -> str:
+    """Bytes as ``--max-ram`` takes them: ``512K``, ``3.5M``, ``4G``."""
+    for unit, size in (("G", 1 << 30), ("M", 1 << 20)):
+        if n >= size:
+            return f"{n / size:,.3g}{unit}"
+    return f"{max(1, round(n / 1024)):,}K"
 
 
 class FaissSearcher:

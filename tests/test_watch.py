@@ -180,3 +180,46 @@ def test_serve_watch_thread_keeps_the_served_index_current(tmp_path):
         assert wait_for(lambda: names(coll) == {"a.png", "b.png"})
     finally:
         stop.set()
+
+
+def test_cli_watch_stops_cleanly_on_sigterm_during_its_first_pass(tmp_path):
+    """A restarted watcher with much to do got SIGTERM's default action (death at once)
+    until its first pass ended: now it stops as Ctrl-C stops it, and says so."""
+    import sqlite3
+
+    bundle = make_tiny_model().save(tmp_path / "m")
+    photos = tmp_path / "photos"
+    for i in range(1500):
+        write_image(photos / f"{i:04d}.png", seed=i, size=8)
+    idx = tmp_path / "idx"
+    script = tmp_path / "vse.py"
+    script.write_text(f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+                      "import tests.conftest  # the tiny backbone\n"
+                      "from vsekit.cli import main\nsys.exit(main())\n")  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, str(script), "index", str(photos), "--index", str(idx), "--model",
+         str(bundle), "--watch", "--interval", "0.2", "--quiet", "--batch-size", "1",
+         "--no-caption-pool"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+    def committed() -> int:
+        try:
+            db = sqlite3.connect(f"file:{idx / 'index.sqlite'}?mode=ro", uri=True)
+            try:
+                return db.execute("SELECT COUNT(*) FROM files").fetchone()[0]
+            finally:
+                db.close()
+        except sqlite3.Error:
+            return 0
+
+    try:  # the event, not the clock: the first pass has committed a batch
+        assert wait_for(lambda: committed() > 0, timeout=60)
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "stopped watching (in the first pass" in err
+    coll = Collection(idx)
+    coll.check()
+    assert 0 < len(coll) < 1500  # it was stopped inside the first pass

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import signal
 import sys
 import time
 from dataclasses import asdict
@@ -203,13 +204,22 @@ def _index(args: argparse.Namespace) -> int:
         rep.seconds = time.perf_counter() - t1
         return rep
 
-    if args.rebuild:  # the old index stays searchable, and is kept if this fails
-        with Collection.rebuild(index, info) as coll:
+    if args.watch:  # a SIGTERM in the first pass stops it as Ctrl-C does, cleanly
+        signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        if args.rebuild:  # the old index stays searchable, and is kept if this fails
+            with Collection.rebuild(index, info) as coll:
+                rep = fill(coll)
+            coll = Collection(index, info)
+        else:
+            coll = Collection(index, info, repair=args.repair)
             rep = fill(coll)
-        coll = Collection(index, info)
-    else:
-        coll = Collection(index, info, repair=args.repair)
-        rep = fill(coll)
+    except KeyboardInterrupt:
+        if not args.watch:
+            raise
+        print("stopped watching (in the first pass: what it committed is kept, and the "
+              "next run embeds the rest)", file=sys.stderr)  # fmt: skip
+        return 0
     rep.seconds = time.perf_counter() - t0  # the wall time: model load and caches too
     report_skipped(rep.failed, args.verbose)
     if rep.scanned == 0:
@@ -232,9 +242,12 @@ def _index(args: argparse.Namespace) -> int:
     return 0
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def _watch(args: argparse.Namespace, coll, fill) -> int:
     """Keep the index in line with the folder until Ctrl-C or SIGTERM."""
-    import signal
     import threading
 
     from vsekit.index.watch import watch

@@ -145,13 +145,54 @@ class Collection:
         assert self._snap is not None
         return self._snap
 
-    def __getattr__(self, name: str):
-        if name in ("ids", "paths", "rows", "emb", "live", "n_rows", "generation",
-                    "row_to_pos", "row_start", "row_end", "segment_rows"):  # fmt: skip
-            snap = self.__dict__.get("_snap")
-            if snap is not None:
-                return getattr(snap, name)
-        raise AttributeError(name)
+    # the last snapshot's fields (as :meth:`refresh` left it; :attr:`snapshot` refreshes)
+    def _last(self) -> Snapshot:
+        assert self._snap is not None
+        return self._snap
+
+    @property
+    def ids(self) -> np.ndarray:
+        return self._last().ids
+
+    @property
+    def paths(self) -> list[str]:
+        return self._last().paths
+
+    @property
+    def rows(self) -> np.ndarray:
+        return self._last().rows
+
+    @property
+    def emb(self) -> np.ndarray:
+        return self._last().emb
+
+    @property
+    def live(self) -> np.ndarray:
+        return self._last().live
+
+    @property
+    def n_rows(self) -> int:
+        return self._last().n_rows
+
+    @property
+    def generation(self) -> int:
+        return self._last().generation
+
+    @property
+    def row_to_pos(self) -> np.ndarray:
+        return self._last().row_to_pos
+
+    @property
+    def row_start(self) -> np.ndarray:
+        return self._last().row_start
+
+    @property
+    def row_end(self) -> np.ndarray:
+        return self._last().row_end
+
+    @property
+    def segment_rows(self) -> dict[int, np.ndarray]:
+        return self._last().segment_rows
 
     def __len__(self) -> int:
         return len(self.snapshot)

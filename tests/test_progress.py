@@ -24,3 +24,27 @@ def test_nothing_when_not_shown(capsys):
     with progress_bar(10, "x", show=False) as bar:
         bar.update(10)
     assert capsys.readouterr().err == ""
+
+
+def test_piped_vse_index_prints_lines_not_carriage_returns(tmp_path):
+    """Piped or logged, `vse index` wrote one long line of carriage returns (a tqdm bar)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.conftest import make_tiny_model, write_image
+
+    root = Path(__file__).resolve().parents[1]
+    bundle = make_tiny_model().save(tmp_path / "m")
+    for i in range(5):
+        write_image(tmp_path / "p" / f"{i}.png", seed=i)
+    script = (f"import sys\nsys.path.insert(0, {str(root)!r})\nimport tests.conftest\n"
+              "from vsekit.cli import main\nsys.exit(main())\n")  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", script, "index", str(tmp_path / "p"), "--index",
+         str(tmp_path / "idx"), "--model", str(bundle), "--no-caption-pool"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "\r" not in out.stderr
+    assert "index: 5 files ..." in out.stderr.splitlines()

@@ -26,6 +26,7 @@ from vsekit.index.store import IndexStore
 from vsekit.media.exif import PhotoMeta, read_meta
 from vsekit.media.images import ImageError, load_image
 from vsekit.media.video import Sampling, embed_video, is_video
+from vsekit.progress import progress_bar
 
 SEGMENT_SECONDS = 2.0  # a video is searchable per segment of this length
 FRAME_EVERY = 1.0  # one frame embedded every this many seconds of video
@@ -123,25 +124,19 @@ def update(
                       [(path_param(p),) for p in gone_failed])  # fmt: skip
     rep.removed, rep.moved = len(gone), len(moves)
 
-    bar = None
-    if progress and todo:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(todo), desc="index", unit="file")
     unit_rows = store.similarity == "cosine"
     if batches is None:
         batches = local_batches(embed, batch_size, reduce_to, unit_rows, store.dim)
     done = 0
-    for b in batches(todo):
-        rep.embedded += b.embedded
-        commit_batch(store, w, b.ok, b.vecs, b.errors, known, rep, b.segs)
-        done += b.files
-        if bar is not None:
+    # a bar on a terminal; piped or logged, a line every 10 s (not carriage returns)
+    with progress_bar(len(todo), "index", "file", show=progress and bool(todo)) as bar:
+        for b in batches(todo):
+            rep.embedded += b.embedded
+            commit_batch(store, w, b.ok, b.vecs, b.errors, known, rep, b.segs)
+            done += b.files
             bar.update(b.files)
-        if on_batch is not None:
-            on_batch(done)
-    if bar is not None:
-        bar.close()
+            if on_batch is not None:
+                on_batch(done)
     backfill_meta(w)
     store.compact(w)
     rep.seconds = time.perf_counter() - t0

@@ -23,6 +23,7 @@ from vsekit.bundle import (
 from vsekit.fne import FNEStats
 from vsekit.media.video import Sampling, VideoVectors, embed_video, is_video
 from vsekit.media.views import decode_size
+from vsekit.progress import progress_bar
 from vsekit.runtime.hubness import Hubness, caption_bank_texts, read_hubness
 from vsekit.runtime.kinds import FEATURE_KINDS
 from vsekit.runtime.precision import PrecisionChoice
@@ -175,13 +176,12 @@ class BaseModel:
         """
         items, single = _as_list(images)
         out = np.zeros((len(items), self.embed_dim), np.float32)
-        bar = _progress(len(items), "images", show_progress)
         a = 0
-        for batch in _batches(items, batch_size):
-            out[a : a + len(batch)] = self._embed_batch(batch, normalize)
-            a += len(batch)
-            bar.update(len(batch))
-        bar.close()
+        with progress_bar(len(items), "images", "image", show_progress) as bar:
+            for batch in _batches(items, batch_size):
+                out[a : a + len(batch)] = self._embed_batch(batch, normalize)
+                a += len(batch)
+                bar.update(len(batch))
         return out[0] if single else out
 
     def encode_text(
@@ -203,11 +203,10 @@ class BaseModel:
             except UnicodeEncodeError:
                 raise ValueError(f"encode_text: item {k} is not valid UTF-8 text") from None
         chunks = []
-        bar = _progress(len(items), "texts", show_progress)
-        for batch in _batches(items, batch_size):
-            chunks.append(self._encode_text_batch(list(batch)))
-            bar.update(len(batch))
-        bar.close()
+        with progress_bar(len(items), "texts", "text", show_progress) as bar:
+            for batch in _batches(items, batch_size):
+                chunks.append(self._encode_text_batch(list(batch)))
+                bar.update(len(batch))
         out = np.concatenate(chunks) if chunks else np.zeros((0, self.embed_dim), np.float32)
         out = unit(out) if normalize else out
         return out[0] if single else out
@@ -393,19 +392,3 @@ class BaseModel:
 
 
 _POOL_LOCK = threading.Lock()
-
-
-class _NoBar:
-    def update(self, n: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def _progress(total: int, unit_name: str, show: bool):
-    if not show:
-        return _NoBar()
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit=f" {unit_name}", dynamic_ncols=True)

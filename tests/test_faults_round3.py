@@ -186,3 +186,15 @@ def test_malformed_exif_of_every_kind_costs_only_the_fields(tmp_path):
         assert m.sha256 is not None
         assert m.make is None or "\udcff" not in m.make
     assert read_meta(tmp_path / "gone.jpg", NS_MAX).taken is None  # past year 9999: no date
+
+
+def test_a_southern_latitude_is_a_value_not_an_option(tmp_path, capsys):
+    from vsekit.cli import main
+
+    folder = photos_in(tmp_path / "p", 2)
+    idx, model = str(tmp_path / "idx"), _tiny(tmp_path)
+    assert main(["index", str(folder), "--index", idx, "--model", model]) == 0
+    capsys.readouterr()
+    assert main(["search", "a dog", "--index", idx, "--model", model,
+                 "--near", "-33.86,151.21,20"]) == 0  # fmt: skip
+    assert "no photo of the 2 indexed matches the filters" in capsys.readouterr().err

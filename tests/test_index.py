@@ -464,3 +464,30 @@ def test_bundle_tagger_roundtrip_and_ranking(tmp_path):
         [[v for _, v in r] for r in back], [[v for _, v in r] for r in got], rtol=1e-5
     )
     assert make_tiny_model().tags_from_features(feats) == [[], []]
+
+
+def test_a_renamed_or_copied_away_file_keeps_its_id_by_content(tmp_path):
+    """rclip and immich keep a photo by its content: renamed (new name, same time) or
+    copied elsewhere and deleted (new name and time), it keeps its id and embedding."""
+    photos = tmp_path / "p"
+    for i in range(3):
+        write_image(photos / f"a{i}.jpg", seed=i)
+    emb = CountingEmbedder()
+    coll = Collection(tmp_path / "idx", INFO)
+    coll.update(photos, emb, progress=False)
+    ids = dict(zip(coll.paths, coll.ids.tolist(), strict=True))
+    (photos / "a0.jpg").rename(photos / "holiday.jpg")  # mv keeps the time
+    (photos / "sub").mkdir()
+    (photos / "sub" / "copy.jpg").write_bytes((photos / "a1.jpg").read_bytes())  # new time
+    (photos / "a1.jpg").unlink()
+    rep = coll.update(photos, emb, progress=False)
+    assert (rep.moved, rep.added, rep.removed, rep.embedded) == (2, 0, 0, 0)
+    now = dict(zip(coll.paths, coll.ids.tolist(), strict=True))
+    assert now[str(photos / "holiday.jpg")] == ids[str(photos / "a0.jpg")]
+    assert now[str(photos / "sub" / "copy.jpg")] == ids[str(photos / "a1.jpg")]
+    assert coll.update(photos, emb, progress=False).unchanged == 3  # the new time is kept
+    # a changed file under a vanished one's name is never taken for it
+    (photos / "a2.jpg").unlink()
+    write_image(photos / "other.jpg", seed=99)
+    rep = coll.update(photos, emb, progress=False)
+    assert (rep.moved, rep.added, rep.removed) == (0, 1, 1)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sqlite3
 import sys
 from collections.abc import Sequence
@@ -163,8 +164,31 @@ def _database_error(e: sqlite3.Error, args: argparse.Namespace) -> str:
     )
 
 
+#: options whose value may start with a minus (a southern latitude, a western
+#: longitude): argparse would take ``--near -33.86,151.21`` for an unknown option
+SIGNED_VALUES = ("--near",)
+
+
+def _attach_signed_values(argv: list[str]) -> list[str]:
+    """``--near -33.86,151.21,20`` -> ``--near=-33.86,151.21,20``."""
+    out: list[str] = []
+    it = iter(argv)
+    for a in it:
+        if a in SIGNED_VALUES:
+            value = next(it, None)
+            if value is not None and re.match(r"-?\.?\d", value):
+                out.append(f"{a}={value}")
+                continue
+            out.append(a)
+            if value is not None:
+                out.append(value)
+            continue
+        out.append(a)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = _attach_signed_values(list(sys.argv[1:] if argv is None else argv))
     first = next((a for a in argv if not a.startswith("-")), None)
     unknown = _unknown_command(argv)
     if unknown:

@@ -146,3 +146,35 @@ def match_moves(
         for k, ps in new_by_key.items()
         if len(ps) == 1 and len(old_by_key.get(k, ())) == 1
     }
+
+
+def match_by_content(
+    vanished: Sequence[str],
+    new: Sequence[tuple[str, int, int]],
+    sizes: dict[str, int],
+    hashes: dict[str, str],
+) -> dict[str, str]:
+    """``{new path: old path}`` for files renamed (or copied away and deleted) under
+    another name: a new file whose bytes hash to exactly one vanished file's recorded
+    sha256 (``hashes``; ``sizes`` their sizes) is that file. Only new files of a
+    vanished file's size are read."""
+    import hashlib
+
+    by_size: dict[int, list[str]] = {}
+    for p in vanished:
+        if p in hashes:
+            by_size.setdefault(sizes[p], []).append(p)
+    found: dict[str, list[str]] = {}  # old path -> new paths with its content
+    for p, size, _ in new:
+        olds = by_size.get(size)
+        if not olds:
+            continue
+        try:
+            with open(p, "rb") as fh:
+                sha = hashlib.file_digest(fh, "sha256").hexdigest()
+        except OSError:
+            continue
+        same = [o for o in olds if hashes[o] == sha]
+        if len(same) == 1:
+            found.setdefault(same[0], []).append(p)
+    return {ps[0]: old for old, ps in found.items() if len(ps) == 1}

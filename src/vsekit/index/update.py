@@ -3,8 +3,10 @@
 Incremental: a file is re-embedded only when its path is new or its size or mtime
 changed; a file that failed to decode is remembered with its size and mtime and not
 retried until it changes; a file moved to another folder under the same name (same
-size and mtime) keeps its id and embedding (:func:`vsekit.index.scan.match_moves`); a
-renamed one is indexed as new. Each batch's rows are appended and fsync'ed
+size and mtime) keeps its id and embedding (:func:`vsekit.index.scan.match_moves`), and
+so does a file renamed, or copied elsewhere and deleted, whose content hashes to the
+vanished file's recorded sha256 (:func:`vsekit.index.scan.match_by_content`), as
+rclip and immich keep a photo by its content. Each batch's rows are appended and fsync'ed
 before the transaction that makes them reachable commits (:class:`vsekit.fsio.RowFile`).
 """
 
@@ -20,7 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from vsekit.index.checksums import encoded_crcs, record
-from vsekit.index.scan import match_moves, printable, scan_media
+from vsekit.index.phash import backfill_hashes, image_hash
+from vsekit.index.scan import match_by_content, match_moves, printable, scan_media
 from vsekit.index.schema import PATH, CollectionError, path_param, set_meta
 from vsekit.index.store import IndexStore
 from vsekit.media.exif import PhotoMeta, read_meta
@@ -107,13 +110,24 @@ def update(
     if new:  # only new paths can be moves; then look for vanished files to match
         outside_gone = [p for p in known if not p.startswith(prefix) and not os.path.exists(p)]
         moves = match_moves(gone + outside_gone, new, known)
+        # renamed under another name (or copied and deleted): the same content
+        sizes = {t[1] for t in new if t[0] not in moves}
+        left = [p for p in gone + outside_gone
+                if p not in set(moves.values()) and known[p][1] in sizes]  # fmt: skip
+        moves |= match_by_content(left, [t for t in new if t[0] not in moves],
+                                  {p: known[p][1] for p in left}, _hashes(w, left))  # fmt: skip
         todo = [t for t in todo if t[0] not in moves]
         moved_from = set(moves.values())
         gone = [p for p in gone if p not in moved_from]
+    stamp = {p: (size, mtime) for p, size, mtime in new}
     with w:
-        w.executemany(
-            f"UPDATE files SET path = {PATH} WHERE path = {PATH}",
-            [(path_param(n), path_param(o)) for n, o in moves.items()],
+        w.executemany(  # a file found by content may have another time than the old one
+            f"UPDATE files SET path = {PATH}, size = ?, mtime_ns = ? WHERE path = {PATH}",
+            [(path_param(n), *stamp[n], path_param(o)) for n, o in moves.items()],
+        )
+        w.executemany(  # its date may be its time: read again (backfill_meta, below)
+            "DELETE FROM photo_meta WHERE file_id = ?",
+            [(known[o][0],) for n, o in moves.items() if stamp[n][1] != known[o][2]],
         )
         w.executemany(
             f"DELETE FROM segments WHERE file_id IN (SELECT id FROM files WHERE path = {PATH})",
@@ -132,15 +146,30 @@ def update(
     with progress_bar(len(todo), "index", "file", show=progress and bool(todo)) as bar:
         for b in batches(todo):
             rep.embedded += b.embedded
-            commit_batch(store, w, b.ok, b.vecs, b.errors, known, rep, b.segs)
+            commit_batch(store, w, b.ok, b.vecs, b.errors, known, rep, b.segs, b.phashes)
             done += b.files
             bar.update(b.files)
             if on_batch is not None:
                 on_batch(done)
     backfill_meta(w)
+    backfill_hashes(w, lambda p: load_image(p, reduce_to), progress=progress)
     store.compact(w)
     rep.seconds = time.perf_counter() - t0
     return rep
+
+
+def _hashes(w: sqlite3.Connection, paths: list[str]) -> dict[str, str]:
+    """The recorded sha256 of the indexed files at ``paths`` (those that have one)."""
+    out = {}
+    for p in paths:
+        row = w.execute(
+            f"SELECT m.sha256 FROM files f JOIN photo_meta m ON m.file_id = f.id "
+            f"WHERE f.path = {PATH} AND m.sha256 IS NOT NULL",
+            (path_param(p),),
+        ).fetchone()
+        if row is not None:
+            out[p] = row[0]
+    return out
 
 
 @dataclass
@@ -155,6 +184,9 @@ class Batch:
     segs: list
     embedded: int
     files: int
+    #: the perceptual hash of each file in ``ok`` (:mod:`vsekit.index.phash`; "" for a
+    #: video); None: not computed (the update backfills them)
+    phashes: list[str] | None = None
 
 
 #: ``todo`` (path, size, mtime_ns) -> the embedded batches, in any order
@@ -172,7 +204,7 @@ def embed_files(
     """Decode and embed ``files`` (path, size, mtime_ns): photos in one call of
     ``embed``, each video on its own (a clip row and its segments). A file that cannot
     be read is an error of the batch, not of the run."""
-    images, ok, errors, videos, embedded = [], [], [], [], 0
+    images, ok, errors, videos, embedded, phashes = [], [], [], [], 0, []
     sampling = Sampling(every=FRAME_EVERY)
     for p, size, mtime in files:
         try:
@@ -183,6 +215,7 @@ def embed_files(
                 embedded += v.frames
             else:
                 images.append(load_image(p, reduce_to))
+                phashes.append(image_hash(images[-1]))
                 ok.append((p, size, mtime))
         except ImageError as e:
             errors.append((p, size, mtime, printable(str(e))))
@@ -193,7 +226,7 @@ def embed_files(
         ok += [f for f, _ in videos]
         vecs = np.concatenate([vecs, *(v.clip[None] for _, v in videos)])
     segs = [None] * (len(ok) - len(videos)) + [v for _, v in videos]
-    return Batch(ok, vecs, errors, segs, embedded, len(files))
+    return Batch(ok, vecs, errors, segs, embedded, len(files), phashes + [""] * len(videos))
 
 
 def local_batches(
@@ -241,7 +274,15 @@ def backfill_meta(w: sqlite3.Connection, block: int = 256) -> None:
 
 
 def commit_batch(
-    store: IndexStore, w: sqlite3.Connection, ok, vecs, errors, known, rep: UpdateReport, segs
+    store: IndexStore,
+    w: sqlite3.Connection,
+    ok,
+    vecs,
+    errors,
+    known,
+    rep: UpdateReport,
+    segs,
+    phashes: list[str] | None = None,
 ) -> None:
     """Append ``vecs`` (one row per file in ``ok``) and, for videos (``segs[j]`` a
     :class:`~vsekit.media.video.VideoVectors`), their segment rows after them; then make
@@ -288,6 +329,8 @@ def commit_batch(
                 next_row += len(v.segments)
             w.execute(f"DELETE FROM failed WHERE path = {PATH}", (path_param(p),))
             put_meta(w, file_id, metas[j])
+            if phashes is not None:
+                w.execute("UPDATE photo_meta SET phash = ? WHERE file_id = ?", (phashes[j], file_id))
         for p, size, mtime, err in errors:
             if p in known:  # it changed and cannot be read: its old row must not stay
                 file_id = known[p][0]

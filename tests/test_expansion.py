@@ -170,3 +170,22 @@ def test_ensemble_expands_every_word_encoder(tmp_path, monkeypatch):
     texts = ["a canine on grass", "an automobile", "a dog"]
     x, y = m.encode_text(texts), vsekit.load_model(out, backend="onnx").encode_text(texts)
     assert (x * y).sum(1).min() >= 0.9999
+
+
+def test_weakly_known_words_get_a_note():
+    """'corgi', 'dachshund' and 'drone' got no note and no relevant result: the default
+    model saw the first two in a handful of captions and the third in none (it comes
+    from the vocabulary expansion)."""
+    import vsekit
+    from vsekit.text.notes import weak_note
+
+    model = vsekit.load_model("default")
+    weak = dict(model.weak_words("a corgi and a dachshund under a drone near a dog"))
+    assert weak.keys() == {"corgi", "dachshund", "drone"} and weak["drone"] == 0
+    assert 0 < weak["corgi"] < 10 and "dog" not in weak
+    note = weak_note(list(weak.items()))
+    assert "drone only by analogy" in note and "corgi in only" in note
+    assert weak_note([]) is None
+    assert weak_note([("corgi", 3)]) == (
+        "note: the model saw corgi in only 3 training captions: results may be weak"
+    )

@@ -23,6 +23,14 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", help="model (default: the one the index was built with)")
     p.add_argument("--k", type=positive_int, default=20)
     p.add_argument("--method", default="auto", choices=["auto", "exact", "faiss"])
+    p.add_argument(
+        "--no-stack",
+        dest="stack",
+        action="store_false",
+        help="list copies of a photo (same content, or near-duplicates) as separate results "
+        "instead of one result with '(+N copies)' (--json and -f always list every file; "
+        "JSON names each one's copies)",
+    )
     f = p.add_argument_group("filters (from EXIF; files without a date use their mtime)")
     f.add_argument("--after", metavar="DATE", help="taken on or after: 2019, 2019-06, 2019-06-15")
     f.add_argument("--before", metavar="DATE", help="taken before this year, month or day starts")
@@ -44,6 +52,7 @@ def _search(args: argparse.Namespace) -> int:
     from vsekit.index.query import check_query
     from vsekit.index.scan import path_fields, shown
     from vsekit.media.images import open_regular
+    from vsekit.text.notes import weak_note
 
     if (args.query is None) == (args.image is None):
         raise ValueError("give either a text query or --image FILE")
@@ -53,20 +62,29 @@ def _search(args: argparse.Namespace) -> int:
     else:
         open_regular(args.image).close()  # a FIFO or a device is refused before any read
     index = open_index(args.index, args.model)  # the Python API's front door
+    # copies are stacked for reading; JSON and pipes keep every file in its place
+    stack = args.stack and not (args.json or args.paths_only)
     if args.query is not None:
         unknown = index.unknown_words(args.query)
         if unknown:
             print(f"note: the model does not know {', '.join(unknown)}", file=sys.stderr)
-        hits = index.search(args.query, args.k, args.method, filters)
+        note = weak_note(index.weak_words(args.query))
+        if note:
+            print(note, file=sys.stderr)
+        hits = index.search(args.query, args.k, args.method, filters, stack)
     else:
-        hits = index.search(Path(args.image), args.k, args.method, filters)
+        hits = index.search(Path(args.image), args.k, args.method, filters, stack)
     if not hits and filters:
         print(f"note: no photo of the {len(index):,} indexed matches the filters (dates come "
               "from EXIF, else from the file's modification time)", file=sys.stderr)  # fmt: skip
     # a name that is not UTF-8 is shown with its undecodable bytes as \xNN (and, in JSON,
     # its real bytes in path_b64); in plain output control characters are escaped too
-    if args.json:
-        print(json.dumps([{**h.__dict__, **path_fields(h.path)} for h in hits], indent=2))
+    if args.json:  # every file in its place, with the ids of its copies among the results
+        from vsekit.index.stacking import copy_ids
+
+        same = copy_ids(index.collection.snapshot, hits) if args.stack else [[]] * len(hits)
+        print(json.dumps([{**h.__dict__, **path_fields(h.path), "copies": c}
+                          for h, c in zip(hits, same, strict=True)], indent=2))  # fmt: skip
     elif args.paths_only:  # for pipes: the file-system bytes, so xargs finds the file
         import os
 
@@ -76,5 +94,8 @@ def _search(args: argparse.Namespace) -> int:
     else:
         for h in hits:
             at = f"  [{clock(h.start)}-{clock(h.end)}]" if h.start is not None else ""
-            print(f"{h.score:7.4f}  {shown(h.path)}{at}")
+            cue = f"{h.cue:<6}  " if h.cue is not None else ""
+            n = len(h.copies)
+            more = f"  (+{n} {'copy' if n == 1 else 'copies'})" if n else ""
+            print(f"{cue}{h.score:7.4f}  {shown(h.path)}{at}{more}")
     return 0

@@ -70,14 +70,18 @@ class PhotoIndex:
         k: int = 20,
         method: str = "auto",
         filters: Filters | None = None,
+        stack: bool = False,
     ) -> list[Hit]:
         """Photos best matching ``query``: a sentence or a sum of terms (``str``, see
         :mod:`vsekit.index.algebra`), or an image (a :class:`pathlib.Path` or a PIL
         image) for photos that look like it; among those ``filters`` keep
-        (``Filters.parse(after="2019-06", camera="pixel")``)."""
+        (``Filters.parse(after="2019-06", camera="pixel")``). ``stack``: copies of one
+        photo make one hit, the others in its ``copies`` (:mod:`vsekit.index.stacking`).
+        A text query's hits carry a relevance cue (``strong``/``weak``/``none``) where
+        the model ships a calibration."""
         if isinstance(query, str):
-            return search_text(self.collection, self.model, query, k, method, filters)
-        return search_image(self.collection, self.model, query, k, method, filters)
+            return search_text(self.collection, self.model, query, k, method, filters, stack)
+        return search_image(self.collection, self.model, query, k, method, filters, stack)
 
     def unknown_words(self, query: str) -> list[str]:
         """The words of a text query (each term of a sum) the model does not know: it
@@ -88,6 +92,15 @@ class PhotoIndex:
             if term.text is not None:
                 out += check_words(self.model, term.text)
         return out
+
+    def weak_words(self, query: str) -> list[tuple[str, int]]:
+        """``(word, count)`` for the words of a text query the model knows only weakly
+        (:meth:`vsekit.runtime.base.BaseModel.weak_words`; count 0: only by analogy)."""
+        out: dict[str, int] = {}
+        for term in parse_query(check_query(query)):
+            if term.text is not None:
+                out.update(self.model.weak_words(term.text))
+        return list(out.items())
 
     def close(self) -> None:
         self.collection.close()

@@ -138,6 +138,22 @@ class BaseModel:
         words = [w for w in tokenize(text) if any(c.isalnum() for c in w)]
         return [w for w in words if w in vocab], [w for w in words if w not in vocab]
 
+    def weak_words(self, text: str) -> list[tuple[str, int]]:
+        """``(word, count)`` for the words of ``text`` the model knows only weakly: seen
+        fewer than :data:`WEAK_COUNT` times in its training captions ("corgi": 3), or
+        not at all (count 0): added by a vocabulary expansion, their vectors mapped
+        from general word vectors ("drone": known only by analogy)."""
+        vocab = self.text_vocabulary
+        if vocab is None:
+            return []
+        known, _ = self.unknown_words(text)
+        out = {}
+        for w in known:
+            n = 0 if vocab.by_analogy(w) else vocab.counts.get(w)
+            if n is not None and n < WEAK_COUNT:
+                out[w] = n
+        return list(out.items())
+
     # -- backend hooks -------------------------------------------------------------
     def image_features(self, images: Sequence[ImageInput]) -> np.ndarray:
         """PIL images or paths -> ``[N, F]`` features of the model's kind (one batch)."""
@@ -392,3 +408,6 @@ class BaseModel:
 
 
 _POOL_LOCK = threading.Lock()
+
+#: a word seen fewer times than this in the training captions is weakly supported
+WEAK_COUNT = 10

@@ -34,6 +34,9 @@ class Vocabulary:
             raise ValueError("vocabulary words must be unique")
         self.counts = dict(counts or {})
         self.unk_id = self.stoi.get(UNK)
+        #: the first id of words added by :meth:`extended` (a vocabulary expansion):
+        #: the model knows them only by analogy, never from a photo's caption
+        self.analogy_from = len(self.itos)
 
     @classmethod
     def build(
@@ -81,7 +84,14 @@ class Vocabulary:
         if dup:
             raise ValueError(f"expansion words already in the vocabulary: {dup[:5]}")
         base = self.itos[len(self.specials) :]
-        return Vocabulary([*base, *words], self.specials, self.counts)
+        out = Vocabulary([*base, *words], self.specials, self.counts)
+        out.analogy_from = self.analogy_from
+        return out
+
+    def by_analogy(self, word: str) -> bool:
+        """``word`` came from a vocabulary expansion, not from training captions."""
+        i = self.stoi.get(word)
+        return i is not None and i >= self.analogy_from
 
     def decode(self, ids: Iterable[int]) -> list[str]:
         return [self.itos[i] for i in ids]

@@ -12,6 +12,8 @@ A bundle is a folder::
     expansion.{txt,safetensors,json}    words added from GloVe (optional)
     hubness.{json,npz}     hubness reduction settings and image bank (optional;
                            :mod:`vsekit.runtime.hubness` reads and verifies them)
+    relevance.json         the relevance cue's thresholds on search scores (optional;
+                           :mod:`vsekit.runtime.relevance`)
     text.onnx, image.onnx, image.int8.onnx, onnx.json
                            the ONNX Runtime encoders and their sha256 (optional)
     manifest.json          the sha256 of every other file above (but the ONNX and
@@ -67,7 +69,7 @@ MANIFEST = "manifest.json"
 #: written later, by setup, and carry their own sha256 records)
 BUNDLE_FILES = ("bundle.json", "model.safetensors", "vocab.json", "tokenizer.json",
                 "captions.txt", "tagger.safetensors", "tags.txt", "fne_stats.safetensors",
-                "hubness.json", "hubness.npz")  # fmt: skip
+                "hubness.json", "hubness.npz", "relevance.json")  # fmt: skip
 
 
 def write_manifest(path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,9 @@ from vsekit.index.algebra import parse_query, query_vector
 from vsekit.index.collection import Collection, Hit, check_model, model_info
 from vsekit.index.filters import Filters
 from vsekit.index.snapshot import Snapshot
+from vsekit.index.stacking import stacked_search
 from vsekit.runtime import BaseModel, ModelError, load_model
+from vsekit.runtime.relevance import model_relevance
 
 MAX_QUERY_CHARS = 500
 MAX_K = 1000
@@ -94,11 +97,21 @@ def search_text(
     k: int = 20,
     method: str = "auto",
     filters: Filters | None = None,
+    stack: bool = False,
 ) -> list[Hit]:
     """Photos for a text query, with the query algebra (:func:`embed_query`), among
     those ``filters`` keep."""
     emb, _ = embed_query(model, text, coll.embedding_of)
-    return search_text_embedding(coll, model, emb, k, method, filters)
+    return search_text_embedding(coll, model, emb, k, method, filters, stack)
+
+
+def _ranked(snap: Snapshot, k: int, stack: bool, search) -> list[Hit]:
+    """The first ``k`` hits of ``search(n)`` (the first ``n`` hits of one snapshot), or,
+    with ``stack``, the first ``k`` stacks of copies (:mod:`vsekit.index.stacking`)."""
+    check_k(k)
+    if not stack:
+        return search(k)
+    return stacked_search(search, snap, k)
 
 
 def search_text_embedding(
@@ -108,15 +121,25 @@ def search_text_embedding(
     k: int = 20,
     method: str = "auto",
     filters: Filters | None = None,
+    stack: bool = False,
 ) -> list[Hit]:
     """Images best matching an already-embedded text query ``q`` ([D] or [1, D]), scored
     with the model's own similarity (the service embeds outside its collection lock),
     less each image's CSLS penalty when the model has hubness reduction. One snapshot
-    serves the whole query, so a writer's commit cannot put the two out of step."""
+    serves the whole query, so a writer's commit cannot put the two out of step. Each
+    hit carries the relevance cue of its score when the model ships a calibration
+    (:mod:`vsekit.runtime.relevance`); ``stack`` folds copies of a photo into one hit."""
     snap = coll.snapshot
     bias = text_query_bias(coll, model, snap)
-    return coll.search(np.atleast_2d(q), check_k(k), method, _score_fn(model), bias, snap,
-                       filters)[0]  # fmt: skip
+    q = np.atleast_2d(q)
+    hits = _ranked(snap, k, stack, lambda n: coll.search(
+        q, n, method, _score_fn(model), bias, snap, filters)[0])  # fmt: skip
+    rel = model_relevance(model)
+    if rel is None:
+        return hits
+    return [replace(h, cue=rel.cue(h.score),
+                    copies=tuple(replace(c, cue=rel.cue(c.score)) for c in h.copies))
+            for h in hits]  # fmt: skip
 
 
 def text_query_bias(
@@ -149,9 +172,14 @@ def search_vector(
     k: int = 20,
     method: str = "auto",
     filters: Filters | None = None,
+    stack: bool = False,
 ) -> list[Hit]:
-    """Images nearest to an image embedding (cosine between image embeddings)."""
-    return coll.search(np.atleast_2d(emb), check_k(k), method, filters=filters)[0]
+    """Images nearest to an image embedding (cosine between image embeddings); no
+    relevance cue (the calibration is for text queries)."""
+    snap = coll.snapshot
+    q = np.atleast_2d(emb)
+    return _ranked(snap, k, stack,
+                   lambda n: coll.search(q, n, method, snap=snap, filters=filters)[0])  # fmt: skip
 
 
 def search_image(
@@ -161,9 +189,10 @@ def search_image(
     k: int = 20,
     method: str = "auto",
     filters: Filters | None = None,
+    stack: bool = False,
 ) -> list[Hit]:
     """``image``: a path or a PIL image (ImageError if unreadable)."""
-    return search_vector(coll, model, model.encode_image(image), k, method, filters)
+    return search_vector(coll, model, model.encode_image(image), k, method, filters, stack)
 
 
 def open_collection(

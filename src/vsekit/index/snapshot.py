@@ -30,6 +30,12 @@ class Hit:
     score: float
     start: float | None = None  # videos: the best segment, in seconds
     end: float | None = None
+    #: the other copies of this photo among the results, best first (stacked search:
+    #: :mod:`vsekit.index.stacking`); empty when it has none or results are not stacked
+    copies: tuple[Hit, ...] = ()
+    #: a text search's relevance cue: strong | weak | none (:mod:`vsekit.runtime.relevance`);
+    #: None where the model ships no calibration, and for searches by image
+    cue: str | None = None
 
 
 @dataclass(eq=False)

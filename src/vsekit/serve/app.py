@@ -9,6 +9,7 @@ Endpoints (OpenAPI docs at ``/docs``):
 * ``GET /annotate/{id}``: the same for an indexed image (from its stored embedding);
 * ``GET /images/{id}``, ``GET /thumbs/{id}?t=``: an indexed file (byte ranges, so video
   players can seek) or its thumbnail (a video's frame at ``t`` seconds), by id only;
+* ``GET /photos/{id}``: what the viewer shows about a photo (date, camera, place, size);
 * ``GET /health``;
 * ``GET /``: the web page.
 
@@ -35,7 +36,7 @@ from vsekit.index.collection import Collection
 from vsekit.runtime import BaseModel
 from vsekit.serve.errors import ApiError, install_error_handlers
 from vsekit.serve.guard import GuardConfig, add_guards
-from vsekit.serve.routers import annotate, duplicates, media, search
+from vsekit.serve.routers import annotate, duplicates, media, photos, search
 from vsekit.serve.state import Service
 
 __all__ = ["ApiError", "create_app"]
@@ -57,7 +58,7 @@ def create_app(
     app.state.service = Service(coll, model, guard, method)
     add_guards(app, guard)
     install_error_handlers(app)
-    for r in (search.router, annotate.router, media.router, duplicates.router):
+    for r in (search.router, annotate.router, media.router, duplicates.router, photos.router):
         app.include_router(r)
 
     @app.get("/openapi.json", include_in_schema=False)

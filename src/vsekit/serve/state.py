@@ -43,6 +43,10 @@ def hit_json(h: Hit, roots: list[str] | None) -> dict:
     }
     if h.start is not None:  # the best segment of a video; its thumbnail is that frame
         out.update(start=h.start, end=h.end, thumb=f"/thumbs/{h.id}?t={h.start:g}")
+    # a text search's relevance cue (strong | weak | none; null without a calibration)
+    out["cue"] = h.cue
+    # the other copies of this photo among the results (stacked search), best first
+    out["copies"] = [hit_json(c, roots) for c in h.copies]
     return out
 
 

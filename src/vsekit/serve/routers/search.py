@@ -46,18 +46,24 @@ def search(
     before: Annotated[str | None, Query(max_length=10)] = None,
     camera: Annotated[str | None, Query(max_length=100)] = None,
     near: Annotated[str | None, Query(max_length=60)] = None,
+    stack: bool = False,
 ) -> dict:
     """Photos and videos for a text query (a video hit names the ``start`` and ``end``
     of its best segment, in seconds). Query algebra: ``"a dog" + "beach" - "snow"``,
     ``2:"golden retriever"``, ``#ID`` for an indexed photo. Filters from EXIF:
-    ``after``/``before`` (2019, 2019-06, 2019-06-15), ``camera``, ``near`` (LAT,LON,KM)."""
+    ``after``/``before`` (2019, 2019-06, 2019-06-15), ``camera``, ``near`` (LAT,LON,KM).
+    Each result has its raw ``score`` and a relevance ``cue`` (``strong``, ``weak`` or
+    ``none``, calibrated on held-out captions; null if the model has no calibration).
+    ``stack=true`` (what the page asks): copies of one photo (same content or
+    near-duplicates) are one result, the others listed in its ``copies`` (each a result
+    of its own); by default every file is its own result and ``copies`` is empty."""
     try:  # the model is read-only: encode outside the collection's lock
         q = check_query(q)
         emb, _ = embed_query(svc.model, q, svc.embedding_of, allow_paths=False)
         filters = Filters.parse(after, before, camera, near)
     except ValueError as e:
         raise ApiError(400, str(e)) from e
-    found = svc.hits(search_text_embedding, emb, k, filters=filters)
+    found = svc.hits(search_text_embedding, emb, k, filters=filters, stack=stack)
     return {"query": q, "results": [hit_json(h, svc.roots_for_display()) for h in found]}
 
 
@@ -70,9 +76,10 @@ def search_image(
     before: Annotated[str | None, Query(max_length=10)] = None,
     camera: Annotated[str | None, Query(max_length=100)] = None,
     near: Annotated[str | None, Query(max_length=60)] = None,
+    stack: bool = False,
 ) -> dict:
     """Photos similar to an uploaded image (multipart ``file``), among those the EXIF
-    filters keep (as for ``GET /search``)."""
+    filters keep; ``stack`` as for ``GET /search`` (no relevance cue)."""
     try:
         filters = Filters.parse(after, before, camera, near)
     except ValueError as e:
@@ -80,5 +87,5 @@ def search_image(
     im = svc.read_upload(file)
     with svc.backbone_slots:
         emb = svc.model.encode_image(im)
-    found = svc.hits(search_vector, emb, k, filters=filters)
+    found = svc.hits(search_vector, emb, k, filters=filters, stack=stack)
     return {"results": [hit_json(h, svc.roots_for_display()) for h in found]}

@@ -1,0 +1,94 @@
+"""The relevance cue: a search score read as a strong, weak or no match.
+
+Search scores are raw (the similarity less the photo's CSLS penalty): a good hit scores
+about 0.25-0.40 with the default model, an unrelated photo 0.10-0.13, and the numbers
+mean nothing to a user. A bundle may ship ``relevance.json``, two thresholds on that same
+score, calibrated on held-out captions (``benchmarks/relevance.py``: Flickr8k dev, every
+caption against every photo)::
+
+    score >= strong          "strong"  (as well as half the captions score with their own photo)
+    weak <= score < strong   "weak"
+    score < weak             "none"    (where unrelated caption-photo pairs fall)
+
+One pair of thresholds per image precision (``int8``, ``fp32``), since the graphs give
+slightly different scores. The file is listed in the bundle's manifest (verified with the
+others); a file calibrated for another model (its ``model_fingerprint``) gives no cue.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+RELEVANCE_FILE = "relevance.json"
+CUES = ("strong", "weak", "none")
+
+
+@dataclass(frozen=True)
+class Relevance:
+    """Two thresholds on a text search's score (``weak <= strong``)."""
+
+    strong: float
+    weak: float
+
+    def cue(self, score: float) -> str:
+        """``strong``, ``weak`` or ``none`` for a text search's ``score``."""
+        if score >= self.strong:
+            return "strong"
+        return "weak" if score >= self.weak else "none"
+
+
+def read_relevance(bundle: Path, fingerprint: str, precision: str) -> Relevance | None:
+    """The thresholds of ``bundle`` for a model with ``fingerprint`` running its image
+    graph in ``precision`` (``fp32`` where that one is missing); None when the bundle has
+    no calibration or one for other weights. ValueError naming the file if malformed."""
+    path = Path(bundle) / RELEVANCE_FILE
+    if not path.is_file():
+        return None
+    try:
+        meta = json.loads(path.read_text())
+        if meta.get("model_fingerprint") != fingerprint:
+            return None
+        by = meta["by_precision"]
+        cal = by.get(precision) or by["fp32"]
+        strong, weak = float(cal["strong"]), float(cal["weak"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"{path}: unreadable relevance calibration ({e})") from e
+    if not weak <= strong:
+        raise ValueError(f"{path}: weak threshold {weak} above strong {strong}")
+    return Relevance(strong, weak)
+
+
+def model_relevance(model) -> Relevance | None:
+    """The calibration of a loaded model's bundle (read once per model), or None."""
+    cached = getattr(model, "_relevance", None)
+    if cached is None:
+        choice = getattr(model, "precision_choice", None)
+        precision = choice.image if choice is not None else getattr(model, "precision", "fp32")
+        rel = None
+        if getattr(model, "path", None) is not None:
+            rel = read_relevance(model.path, model.fingerprint, precision)
+        cached = (rel,)
+        model._relevance = cached
+    return cached[0]
+
+
+def write_relevance(bundle: Path, calibration: dict) -> None:
+    """Write ``relevance.json`` (the thresholds per precision, the model's fingerprint,
+    how they were found) and record it in the bundle's manifest."""
+    from vsekit.bundle import write_manifest
+    from vsekit.fsio import atomic_write
+
+    keep = {
+        "model_fingerprint": calibration["model_fingerprint"],
+        "by_precision": {
+            p: {"strong": c["strong"], "weak": c["weak"]}
+            for p, c in calibration["by_precision"].items()
+        },
+        "rule": calibration["rule"],
+        "score": calibration["score"],
+        "calibrated_by": calibration["command"],
+    }
+    atomic_write(Path(bundle) / RELEVANCE_FILE, json.dumps(keep, indent=2) + "\n")
+    write_manifest(Path(bundle))

@@ -1,0 +1,283 @@
+"""Search results as a photo manager shows them: copies stacked into one result, a
+relevance cue calibrated per model (``relevance.json`` in the bundle), and the viewer's
+facts about a photo (``GET /photos/{id}``): library, CLI and HTTP."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from PIL import Image
+
+from tests.conftest import make_tiny_model
+from vsekit.bundle import ModelError, verify_bundle
+from vsekit.index import Collection, model_info
+from vsekit.index.snapshot import Hit
+from vsekit.index.stacking import copy_groups, copy_ids, stack_hits
+from vsekit.runtime.relevance import RELEVANCE_FILE, Relevance, read_relevance, write_relevance
+
+CAPTIONS = ["a dog runs on grass", "a red car", "two people in the snow", "a red dog"]
+
+#: left and right halves' colours: the six one-hot pairs, then pairs of two (cosine
+#: 0.5 or 0.71 to the others: never near-duplicates at 0.88)
+RED, GREEN, BLUE, BLACK = (255, 0, 0), (0, 255, 0), (0, 0, 255), (0, 0, 0)
+HALVES = [(RED, BLACK), (GREEN, BLACK), (BLUE, BLACK), (BLACK, RED), (BLACK, GREEN),
+          (BLACK, BLUE), (RED, RED), (GREEN, BLUE)]  # fmt: skip
+
+
+def halves(path: Path, left, right, size: int = 32) -> Path:
+    """A PNG whose left and right halves are solid colours."""
+    im = Image.new("RGB", (size, size), left)
+    im.paste(Image.new("RGB", (size // 2, size), right), (size // 2, 0))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    im.save(path)
+    return path
+
+
+def colour_embed(images) -> np.ndarray:
+    """``[n, 6]`` unit vectors: the mean colour of each half (the tiny random model maps
+    every photo to nearly one direction, so its embeddings cannot tell copies apart)."""
+    out = []
+    for im in images:
+        a = np.asarray(im.convert("RGB").resize((2, 1), Image.Resampling.BOX), np.float32)
+        v = a.reshape(-1)
+        out.append(v / max(np.linalg.norm(v), 1e-6))
+    return np.asarray(out, np.float32)
+
+
+def make_photos(root: Path) -> Path:
+    """Eight distinct photos, an exact copy of the first (same bytes, another folder)
+    and a half-size copy of the second (other bytes: a near-duplicate)."""
+    photos = root / "photos"
+    for i, (left, right) in enumerate(HALVES):
+        halves(photos / f"p{i}.png", left, right)
+    (photos / "copies").mkdir()
+    shutil.copy(photos / "p0.png", photos / "copies" / "p0 copy.png")
+    halves(photos / "copies" / "p1 small.png", *HALVES[1], size=16)
+    return photos
+
+
+@pytest.fixture
+def bundle_and_index(tmp_path):
+    """A tiny model's bundle and an index of :func:`make_photos`."""
+    import vsekit
+
+    bundle = make_tiny_model(CAPTIONS).save(tmp_path / "m")
+    model = vsekit.load_model(str(bundle), backend="torch")
+    photos = make_photos(tmp_path)
+    coll = Collection(tmp_path / "idx", model_info(model, str(bundle)))
+    coll.update(photos, colour_embed, progress=False)
+    return bundle, coll, photos
+
+
+def ids_by_name(coll: Collection) -> dict[str, int]:
+    snap = coll.snapshot
+    return {Path(p).name: int(i) for i, p in zip(snap.ids, snap.paths, strict=True)}
+
+
+# ------------------------------------------------------------------ stacking
+def test_copies_are_grouped_and_distinct_photos_are_not(bundle_and_index):
+    _, coll, _ = bundle_and_index
+    snap = coll.snapshot
+    emb = colour_embed([Image.open(p) for p in snap.paths])
+    by = ids_by_name(coll)
+    # the precondition that makes the test mean something: the distinct photos are
+    # all below the near-duplicate cosine, the resized copy above it
+    from vsekit.index.duplicates import NEAR_THRESHOLD
+
+    names = [Path(p).name for p in snap.paths]
+    cos = emb @ emb.T
+    distinct = [k for k, n in enumerate(names) if n.startswith("p") and " " not in n]
+    sub = cos[np.ix_(distinct, distinct)] - 2 * np.eye(len(distinct))
+    assert sub.max() < NEAR_THRESHOLD
+    assert cos[names.index("p1.png"), names.index("p1 small.png")] >= NEAR_THRESHOLD
+    # every photo as a hit, in an order that puts copies apart
+    order = ["p1 small.png", "p0.png", "p2.png", "p1.png", "p0 copy.png", "p3.png"]
+    hits = [Hit(by[n], snap.path_of(by[n]), 1.0 - 0.1 * k) for k, n in enumerate(order)]
+    groups = copy_groups(snap, hits)
+    assert [[order[i] for i in g] for g in groups] == [
+        ["p1 small.png", "p1.png"], ["p0.png", "p0 copy.png"], ["p2.png"], ["p3.png"]
+    ]  # fmt: skip
+    stacked = stack_hits(snap, hits)
+    assert [Path(h.path).name for h in stacked] == ["p1 small.png", "p0.png", "p2.png", "p3.png"]
+    assert [Path(c.path).name for c in stacked[0].copies] == ["p1.png"]
+    assert [c.score for c in stacked[1].copies] == [hits[4].score]  # each copy keeps its own
+    assert stacked[2].copies == ()
+    flat = copy_ids(snap, hits)  # the unstacked listing: every file keeps its place
+    assert flat[1] == [by["p0 copy.png"]] and flat[4] == [by["p0.png"]] and flat[2] == []
+
+
+def test_videos_are_never_stacked(bundle_and_index):
+    _, coll, _ = bundle_and_index
+    snap = coll.snapshot
+    by = ids_by_name(coll)
+    a, b = by["p0.png"], by["p0 copy.png"]
+    hits = [Hit(a, snap.path_of(a), 0.9, 0.0, 2.0), Hit(b, snap.path_of(b), 0.8)]
+    assert len(stack_hits(snap, hits)) == 2
+
+
+def test_stacked_search_returns_k_stacks_and_fetches_past_copies(bundle_and_index):
+    from vsekit.index.query import search_text
+
+    bundle, coll, _ = bundle_and_index
+    import vsekit
+
+    model = vsekit.load_model(str(bundle), backend="torch")
+    flat = search_text(coll, model, "a red car", k=10)
+    assert len(flat) == 10  # 10 files
+    stacked = search_text(coll, model, "a red car", k=10, stack=True)
+    # 8 distinct photos: the two copies fold into their originals
+    assert len(stacked) == 8 and sum(len(h.copies) for h in stacked) == 2
+    assert {h.id for h in stacked} | {c.id for h in stacked for c in h.copies} == {
+        h.id for h in flat
+    }
+    # k stacks, not k files: the first 3 stacks of the ranking
+    top3 = search_text(coll, model, "a red car", k=3, stack=True)
+    assert [h.id for h in top3] == [h.id for h in stacked[:3]]
+    scores = [h.score for h in stacked]
+    assert scores == sorted(scores, reverse=True)
+
+
+# ------------------------------------------------------------------ relevance cue
+def test_cue_thresholds():
+    rel = Relevance(strong=0.25, weak=0.15)
+    assert [rel.cue(s) for s in (0.4, 0.25, 0.2, 0.15, 0.1, -0.3)] == [
+        "strong", "strong", "weak", "weak", "none", "none"]  # fmt: skip
+
+
+def calibrate(bundle: Path, fingerprint: str, strong: float, weak: float, **extra) -> None:
+    cal = {"strong": strong, "weak": weak}
+    write_relevance(bundle, {"model_fingerprint": fingerprint,
+                             "by_precision": {"fp32": cal, **extra},
+                             "rule": {}, "score": "test", "command": "test"})  # fmt: skip
+
+
+def test_relevance_file_is_read_per_precision_verified_and_model_bound(tmp_path):
+    import vsekit
+
+    bundle = make_tiny_model(CAPTIONS).save(tmp_path / "m")
+    fp = vsekit.load_model(str(bundle), backend="torch").fingerprint
+    assert read_relevance(bundle, fp, "fp32") is None  # no calibration: no cue
+    calibrate(bundle, fp, 0.3, 0.1, int8={"strong": 0.31, "weak": 0.12})
+    assert read_relevance(bundle, fp, "fp32") == Relevance(0.3, 0.1)
+    assert read_relevance(bundle, fp, "int8") == Relevance(0.31, 0.12)
+    assert read_relevance(bundle, "0" * 16, "fp32") is None  # calibrated for other weights
+    verify_bundle(bundle)  # recorded in the manifest
+    f = bundle / RELEVANCE_FILE
+    f.write_text(f.read_text().replace("0.3", "0.2"))
+    with pytest.raises(ModelError, match="relevance.json: damaged or edited"):
+        verify_bundle(bundle)
+    calibrate(bundle, fp, 0.1, 0.3)
+    with pytest.raises(ValueError, match="weak threshold 0.3 above strong 0.1"):
+        read_relevance(bundle, fp, "fp32")
+
+
+def test_text_hits_carry_the_cue_image_hits_do_not(bundle_and_index):
+    import vsekit
+    from vsekit.index.query import search_image, search_text
+
+    bundle, coll, photos = bundle_and_index
+    model = vsekit.load_model(str(bundle), backend="torch")
+    raw = [h.score for h in search_text(coll, model, "a red car", k=10)]
+    assert all(h.cue is None for h in search_text(coll, model, "a red car", k=3))
+    strong, weak = raw[2], raw[6]  # thresholds inside this ranking: all three cues occur
+    calibrate(bundle, model.fingerprint, strong, weak)
+    model = vsekit.load_model(str(bundle), backend="torch")
+    hits = search_text(coll, model, "a red car", k=10)
+    want = ["strong" if h.score >= strong else "weak" if h.score >= weak else "none"
+            for h in hits]  # fmt: skip
+    assert [h.cue for h in hits] == want and set(want) == {"strong", "weak", "none"}
+    assert all(h.cue is None for h in search_image(coll, model, photos / "p2.png", k=3))
+
+
+# ------------------------------------------------------------------ CLI
+def test_cli_stacks_for_reading_and_lists_every_file_in_json(bundle_and_index, capsys):
+    import vsekit
+    from vsekit.cli import main
+
+    bundle, coll, _ = bundle_and_index
+    model = vsekit.load_model(str(bundle), backend="torch")
+    calibrate(bundle, model.fingerprint, 10.0, -10.0)  # every hit a weak match
+    idx = str(coll.path)
+    assert main(["search", "a red car", "--index", idx, "--k", "10"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 8 and all(line.startswith("weak ") for line in lines)
+    assert sum("(+1 copy)" in line for line in lines) == 2
+    assert main(["search", "a red car", "--index", idx, "--k", "10", "--no-stack"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 10 and not any("copy)" in line for line in lines)
+    assert main(["search", "a red car", "--index", idx, "--k", "10", "--json"]) == 0
+    hits = json.loads(capsys.readouterr().out)
+    assert len(hits) == 10 and {h["cue"] for h in hits} == {"weak"}
+    by = ids_by_name(coll)
+    got = {Path(h["path"]).name: h["copies"] for h in hits}
+    assert got["p0.png"] == [by["p0 copy.png"]] and got["p0 copy.png"] == [by["p0.png"]]
+    assert got["p1 small.png"] == [by["p1.png"]] and got["p2.png"] == []
+    assert all(isinstance(h["score"], float) for h in hits)  # the raw score stays
+
+
+# ------------------------------------------------------------------ HTTP
+def test_http_results_stack_with_cues_and_copies(bundle_and_index):
+    import vsekit
+    from vsekit.serve.app import create_app
+
+    bundle, coll, _ = bundle_and_index
+    model = vsekit.load_model(str(bundle), backend="torch")
+    calibrate(bundle, model.fingerprint, 10.0, -10.0)
+    model = vsekit.load_model(str(bundle), backend="torch")
+    client = TestClient(create_app(coll, model), base_url="http://127.0.0.1")
+    q = {"q": "a red car", "k": 10, "stack": "true"}  # as the page asks
+    res = client.get("/search", params=q).json()["results"]
+    assert len(res) == 8 and {r["cue"] for r in res} == {"weak"}
+    stacked = {r["name"]: r["copies"] for r in res if r["copies"]}
+    assert {k: [c["name"] for c in v] for k, v in stacked.items()} in (
+        {"p0.png": ["p0 copy.png"], "p1.png": ["p1 small.png"]},
+        {"p0.png": ["p0 copy.png"], "p1 small.png": ["p1.png"]},
+        {"p0 copy.png": ["p0.png"], "p1.png": ["p1 small.png"]},
+        {"p0 copy.png": ["p0.png"], "p1 small.png": ["p1.png"]},
+    )
+    copy = next(iter(stacked.values()))[0]
+    assert copy["thumb"] == f"/thumbs/{copy['id']}" and "score" in copy
+    flat = client.get("/search", params={"q": "a red car", "k": 10}).json()  # the default
+    assert len(flat["results"]) == 10 and all(r["copies"] == [] for r in flat["results"])
+
+
+def test_photo_facts_endpoint(tmp_path):
+    """Date, camera, place and size (pixels as shown, bytes) from the index."""
+    import vsekit
+    from tests.test_filters import exif_photo
+    from vsekit.serve.app import create_app
+
+    bundle = make_tiny_model(CAPTIONS).save(tmp_path / "m")
+    model = vsekit.load_model(str(bundle), backend="torch")
+    photos = tmp_path / "photos"
+    exif_photo(photos / "a.jpg", 1)  # Canon EOS 5D, 2019-02-15, New York
+    exif_photo(photos / "b.jpg", 5)  # no date (dated by its mtime), no camera, no place
+    im = Image.new("RGB", (40, 20), (9, 9, 9))  # stored sideways: shown 20 x 40
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    im.save(photos / "turned.jpg", exif=exif)
+    coll = Collection(tmp_path / "idx", model_info(model, str(bundle)))
+    coll.update(photos, colour_embed, progress=False)
+    client = TestClient(create_app(coll, model), base_url="http://127.0.0.1")
+    by = ids_by_name(coll)
+    a = client.get(f"/photos/{by['a.jpg']}").json()
+    assert a["taken"] == "2019-02-15T10:00:00" and a["taken_from"] == "exif"
+    assert a["camera"] == "Canon EOS 5D"
+    assert a["lat"] == pytest.approx(40.6892, abs=1e-3)
+    assert a["lon"] == pytest.approx(-74.0445, abs=1e-3)
+    assert a["map"].startswith("https://www.openstreetmap.org/?mlat=40.689")
+    assert (a["width"], a["height"]) == (24, 24)
+    assert a["bytes"] == (photos / "a.jpg").stat().st_size and a["path"] == "photos/a.jpg"
+    b = client.get(f"/photos/{by['b.jpg']}").json()
+    assert b["taken_from"] == "mtime" and b["taken"].startswith("2017-07-14")
+    assert b["camera"] is None and b["lat"] is None and b["map"] is None
+    t = client.get(f"/photos/{by['turned.jpg']}").json()
+    assert (t["width"], t["height"]) == (20, 40) and t["camera"] is None
+    assert client.get("/photos/99999").status_code == 404
+    (photos / "a.jpg").unlink()
+    assert client.get(f"/photos/{by['a.jpg']}").status_code == 404  # gone since indexed

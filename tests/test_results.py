@@ -49,6 +49,22 @@ def colour_embed(images) -> np.ndarray:
     return np.asarray(out, np.float32)
 
 
+def channel_photos(photos: Path) -> list[Path]:
+    """21 photos whose :func:`colour_embed` vectors are every set of one or two of the six
+    (half, channel) axes at full intensity: no two closer than cosine 0.71."""
+    from itertools import combinations
+
+    out = []
+    for n in (1, 2):
+        for axes in combinations(range(6), n):
+            c = [0] * 6
+            for a in axes:
+                c[a] = 255
+            name = "".join("LR"[a // 3] + "rgb"[a % 3] for a in axes)
+            out.append(halves(photos / f"{name}.png", tuple(c[:3]), tuple(c[3:])))
+    return out
+
+
 def make_photos(root: Path) -> Path:
     """Eight distinct photos, an exact copy of the first (same bytes, another folder)
     and a half-size copy of the second (other bytes: a near-duplicate)."""

@@ -189,16 +189,32 @@ def running_server(app):
         thread.join(timeout=10)
 
 
+def distinct_collection(tmp_path, model, extra=None) -> tuple[Collection, Path]:
+    """21 photos that no embedding of theirs calls near-duplicates (the page stacks
+    copies, and the tiny random model embeds every photo in nearly one direction), and
+    ``extra(photos)`` written beside them; indexed by their colours."""
+    from tests.test_results import channel_photos, colour_embed
+
+    photos = tmp_path / "photos"
+    channel_photos(photos)
+    if extra is not None:
+        extra(photos)
+    coll = Collection(tmp_path / "idx", model_info(model, str(getattr(model, "path", "tiny"))))
+    coll.update(photos, colour_embed, progress=False)
+    return coll, photos
+
+
 @pytest.mark.slow
-def test_browser_types_a_query_and_sees_thumbnails(served, tmp_path):
-    coll, model, _ = served
+def test_browser_types_a_query_and_sees_thumbnails(tmp_path):
+    model = make_tiny_model(CAPTIONS)
+    coll, _ = distinct_collection(tmp_path, model)
     with browser_page(create_app(coll, model)) as page:
         page.fill("#q", "a dog on the grass")
         page.press("#q", "Enter")
         page.wait_for_selector(".card img")
         loaded = "i => i.complete && i.naturalWidth > 0"
         page.wait_for_function(f"[...document.querySelectorAll('.card img')].every({loaded})")
-        assert page.locator(".card").count() == 6
+        assert page.locator(".card").count() == 20  # the first page of 21 photos
         assert "results" in page.inner_text("#status")
         page.locator(".card").first.click()
         page.wait_for_selector("#captions li")
@@ -246,12 +262,9 @@ def test_browser_page_features(tmp_path):
     """Load more, filters, query algebra, an error clearing stale results, the viewer's
     close button, Escape and selectable text, the duplicates view, and /docs offline."""
     model = make_tiny_model(CAPTIONS)
-    photos = tmp_path / "photos"
-    for i in range(25):
-        write_image(photos / f"p{i:02d}.jpg", seed=i, size=48)
-    shutil.copy(photos / "p00.jpg", photos / "copy.jpg")
-    coll = Collection(tmp_path / "idx", model_info(model, "tiny"))
-    coll.update(photos, model.encode_image, progress=False)
+    coll, _ = distinct_collection(
+        tmp_path, model, lambda photos: shutil.copy(photos / "Lr.png", photos / "copy.png")
+    )
     count = "document.querySelectorAll('.card').length"
     with browser_page(create_app(coll, model)) as page:
         page.fill("#q", '"a dog" + "grass" - "snow"')  # algebra
@@ -259,7 +272,9 @@ def test_browser_page_features(tmp_path):
         page.wait_for_function(f"{count} === 20")
         assert page.locator("#more").is_visible()
         page.click("#more")
-        page.wait_for_function(f"{count} === 26")  # 25 photos and the copy
+        page.wait_for_function(f"{count} === 21")  # 21 photos, the copy stacked on its own
+        assert page.locator(".card.stacked").count() == 1
+        assert "1 copy stacked" in page.inner_text("#status")
         assert not page.locator("#more").is_visible()
         # the viewer: text inside can be selected (a click there keeps it open)
         page.locator(".card").first.click()
@@ -292,3 +307,91 @@ def test_browser_page_features(tmp_path):
         page.goto(page.url.rstrip("/") + "/docs")
         page.wait_for_selector(".swagger-ui .info", timeout=20_000)
         assert "vsekit API" in page.title()
+
+
+@pytest.mark.slow
+def test_browser_stacks_cues_and_the_viewer(tmp_path):
+    """Copies as one tile with a count, the calibrated relevance cue on every tile (the
+    raw score in its tooltip), and the viewer: ArrowRight / ArrowLeft and the buttons
+    step through the results (wrapping), each photo's date, camera, place and size."""
+    import vsekit
+    from tests.test_filters import exif_photo
+    from tests.test_results import calibrate
+    from vsekit.index.query import search_text
+
+    bundle = make_tiny_model(CAPTIONS).save(tmp_path / "m")
+    model = vsekit.load_model(str(bundle), backend="torch")
+
+    def extra(photos):
+        shutil.copy(photos / "Lg.png", photos / "Lg copy.png")
+        shutil.copy(photos / "Lg.png", photos / "Lg copy 2.png")
+        exif_photo(photos / "trip.jpg", 1)  # Canon EOS 5D, 2019-02-15, New York
+
+    coll, photos = distinct_collection(tmp_path, model, extra)
+    query = "a red car"
+    raw = search_text(coll, model, query, k=20, stack=True)
+    strong, weak = raw[3].score, raw[12].score  # all three cues among the first 20
+    calibrate(bundle, model.fingerprint, strong, weak)
+    model = vsekit.load_model(str(bundle), backend="torch")
+    hits = search_text(coll, model, query, k=20, stack=True)
+    want = {str(h.id): h.cue for h in hits}
+    assert set(want.values()) == {"strong", "weak", "none"}
+    trip = next(i for i, h in enumerate(hits) if h.path.endswith("trip.jpg"))
+    with browser_page(create_app(coll, model)) as page:
+        page.fill("#q", query)
+        page.press("#q", "Enter")
+        page.wait_for_function("document.querySelectorAll('.card').length === 20")
+        # one tile for the three copies of Lg.png, with its count
+        stacked = page.locator(".card.stacked")
+        assert stacked.count() == 1 and stacked.locator(".stack").inner_text() == "3 copies"
+        assert "2 copies stacked" in page.inner_text("#status")
+        # every tile's cue is the library's, with the raw score in its tooltip
+        got = page.evaluate("""[...document.querySelectorAll('.card')].map(c => [c.dataset.id,
+            c.querySelector('.cue').className.split(' ')[1], c.querySelector('.cue').title])""")
+        assert {i: c for i, c, _ in got} == want
+        assert all(t.startswith("score ") for _, _, t in got)
+        assert {c.inner_text() for c in page.locator(".card .cue").all()} == {
+            "strong match", "weak match", "no match"}  # fmt: skip
+        # the viewer: arrows and buttons step through the results, wrapping around
+        names = [Path(h.path).name for h in hits]
+        page.locator(".card").first.click()
+        page.wait_for_selector("#viewer.open")
+        fname = lambda: page.inner_text("#fname")  # noqa: E731
+        assert names[0] in fname() and page.inner_text("#pos") == "1 / 20"
+        page.keyboard.press("ArrowRight")
+        assert names[1] in fname() and page.inner_text("#pos") == "2 / 20"
+        page.keyboard.press("ArrowRight")
+        assert names[2] in fname()
+        page.keyboard.press("ArrowLeft")
+        assert names[1] in fname()
+        page.click("#prev")
+        page.keyboard.press("ArrowLeft")  # before the first: the last
+        assert names[19] in fname() and page.inner_text("#pos") == "20 / 20"
+        page.click("#next")
+        assert names[0] in fname()
+        # the stacked tile's viewer names its copies
+        page.keyboard.press("Escape")
+        assert not page.locator("#viewer").is_visible()
+        stacked.click()
+        page.wait_for_selector("#viewer.open")
+        assert "Lg copy" in page.inner_text("#copies")
+        # facts from the index: a PNG without EXIF, then the photo with all of them
+        page.wait_for_selector("#facts dd[data-fact=size]")
+        assert page.inner_text("#facts dd[data-fact=size]").startswith("32 × 32 px, ")
+        assert page.inner_text("#facts dd[data-fact=place]") == "no GPS position"
+        assert "file date" in page.inner_text("#facts dd[data-fact=date]")
+        at = int(page.inner_text("#pos").split(" / ")[0]) - 1
+        for _ in range((trip - at) % 20):
+            page.keyboard.press("ArrowRight")
+        assert "trip.jpg" in fname()
+        page.wait_for_selector("#facts dd[data-fact=camera]:text('Canon EOS 5D')")
+        assert page.inner_text("#facts dd[data-fact=date]") == "2019-02-15 10:00:00"
+        size = (photos / "trip.jpg").stat().st_size
+        shown = f"{size} B" if size < 1024 else f"{size / 1024:.0f} KB"
+        assert page.inner_text("#facts dd[data-fact=size]") == f"24 × 24 px, {shown}"
+        link = page.locator("#facts dd[data-fact=place] a")
+        assert link.inner_text() == "40.68920, -74.04450"
+        assert link.get_attribute("href").startswith("https://www.openstreetmap.org/?mlat=40.6892")
+        page.keyboard.press("Escape")
+        assert not page.locator("#viewer").is_visible()
+        page.screenshot(path=str(tmp_path / "viewer.png"))

@@ -1,0 +1,181 @@
+"""Evidence kept beside an index, and the bias it adds to a text query's row scores.
+
+Each source keeps one file, ``<index>/evidence/<source>.npz``: the photos it covers,
+keyed by (path, size, mtime_ns) as the index's own files table keys them, and the
+source's per-photo arrays (:meth:`vsekit.evidence.EvidenceScorer.index`). Keying by
+file rather than by embedding row keeps it valid through compaction; a photo that
+changed or is new simply has no evidence until :func:`fill_evidence` runs, and adds
+nothing meanwhile. Video files have no evidence.
+
+:func:`evidence_bias` is the one place a search adds the sources' bonuses: ``[rows]``,
+to be added to the CSLS bias the collection search already takes.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from vsekit.evidence import EvidenceScorer
+from vsekit.fsio import atomic_write
+
+EVIDENCE_DIR = "evidence"
+_KEYS = ("paths", "sizes", "mtimes")
+
+
+def evidence_path(index: Path, source: str) -> Path:
+    return Path(index) / EVIDENCE_DIR / f"{source}.npz"
+
+
+def read_evidence(index: Path, source: str) -> dict[str, np.ndarray] | None:
+    """The stored arrays of ``source`` (with ``paths``, ``sizes``, ``mtimes``); None
+    when there are none or the file cannot be read (evidence is optional: a damaged
+    file costs its bonus, never the search)."""
+    path = evidence_path(index, source)
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            out = {k: z[k] for k in z.files}
+    except (OSError, ValueError, EOFError):
+        return None
+    n = len(out.get("paths", ()))
+    if any(k not in out for k in _KEYS) or any(len(v) != n for v in out.values()):
+        return None
+    return out
+
+
+def write_evidence(index: Path, source: str, arrays: dict[str, np.ndarray]) -> None:
+    """Replace ``source``'s file atomically."""
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    path = evidence_path(index, source)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, buf.getvalue())
+
+
+def _key(paths, sizes, mtimes) -> list[tuple[str, int, int]]:
+    return [(str(p), int(s), int(m)) for p, s, m in zip(paths, sizes, mtimes, strict=True)]
+
+
+def fill_evidence(
+    index: Path,
+    files: Sequence[tuple[str, int, int]],
+    source: EvidenceScorer,
+    features: Callable[[list[str]], np.ndarray],
+    batch_size: int = 16,
+    is_video: Callable[[str], bool] = lambda _: False,
+) -> int:
+    """Bring ``source``'s file in line with ``files`` (path, size, mtime_ns: the index's
+    photos now): drop photos that are gone or changed, compute the missing ones with
+    ``features(paths) -> [N, F]`` (the model's image features), in batches. Returns how
+    many photos were computed. A photo whose features cannot be computed is left out
+    (it is tried again next time)."""
+    want = [f for f in files if not is_video(f[0])]
+    old = read_evidence(index, source.name)
+    have: dict[tuple[str, int, int], int] = {}
+    if old is not None:
+        have = {k: i for i, k in enumerate(_key(old["paths"], old["sizes"], old["mtimes"]))}
+    todo = [f for f in want if tuple(f) not in have]
+    keep = [have[tuple(f)] for f in want if tuple(f) in have]
+    parts: list[dict[str, np.ndarray]] = []
+    if old is not None and keep:
+        parts.append({k: v[keep] for k, v in old.items()})
+    done = 0
+    for a in range(0, len(todo), batch_size):
+        batch = todo[a : a + batch_size]
+        try:
+            arr = source.index(features([p for p, _, _ in batch]))
+        except (OSError, ValueError) as e:  # one unreadable photo: try them one by one
+            arr, batch = _one_by_one(batch, source, features, e)
+        if not batch:
+            continue
+        parts.append({"paths": np.array([p for p, _, _ in batch], dtype=str),
+                      "sizes": np.array([s for _, s, _ in batch], np.int64),
+                      "mtimes": np.array([m for _, _, m in batch], np.int64), **arr})  # fmt: skip
+        done += len(batch)
+    if not parts:
+        parts = [{"paths": np.array([], dtype=str), "sizes": np.zeros(0, np.int64),
+                  "mtimes": np.zeros(0, np.int64)}]  # fmt: skip
+    names = set().union(*(p.keys() for p in parts))
+    merged = {k: np.concatenate([p[k] for p in parts if k in p]) for k in names}
+    write_evidence(index, source.name, merged)
+    return done
+
+
+def _one_by_one(batch, source, features, first_error):
+    arrays, ok = [], []
+    for f in batch:
+        try:
+            arrays.append(source.index(features([f[0]])))
+            ok.append(f)
+        except (OSError, ValueError):
+            continue
+    if not ok:
+        return {}, []
+    return {k: np.concatenate([a[k] for a in arrays]) for k in arrays[0]}, ok
+
+
+def evidence_bias(
+    index: Path,
+    snap,
+    sources: Sequence[EvidenceScorer],
+    text: str,
+) -> np.ndarray | None:
+    """``[snap.n_rows]``: the sum of the sources' bonuses for ``text`` on each row's
+    photo (0 for rows without evidence: segments, new or changed photos); None when no
+    source has evidence here or anything to say about ``text`` (the search is then
+    exactly the model's)."""
+    out = None
+    for src in sources:
+        ev = read_evidence(index, src.name)
+        if ev is None or not len(ev["paths"]):
+            continue
+        bonus = src.score(text, ev)
+        if bonus is None:
+            continue
+        per_key = dict(zip(_key(ev["paths"], ev["sizes"], ev["mtimes"]), bonus, strict=True))
+        per_file = np.array([per_key.get((p, int(s), int(m)), 0.0)
+                             for p, (s, m) in zip(snap.paths, snap.stamps, strict=True)],
+                            np.float32)  # fmt: skip
+        per_row = np.zeros(snap.n_rows, np.float32)
+        whole = np.isnan(snap.row_start)  # whole-file rows, not a video's segments
+        pos = snap.row_to_pos
+        ok = whole & (pos >= 0)
+        per_row[ok] = per_file[pos[ok]]
+        out = per_row if out is None else out + per_row
+    return out
+
+
+_SOURCES: dict[str, list[EvidenceScorer]] = {}
+
+
+def model_sources(model) -> list[EvidenceScorer]:
+    """The enabled evidence sources of ``model``'s bundle (none for a model without a
+    bundle folder, or whose bundle has no ``evidence.json`` or files), loaded once."""
+    path = getattr(model, "path", None)
+    if path is None:
+        return []
+    key = str(path)
+    if key not in _SOURCES:
+        from vsekit.evidence import load_sources
+
+        _SOURCES[key] = load_sources(Path(path))
+    return _SOURCES[key]
+
+
+def fill_index_evidence(coll, model, sources: Sequence[EvidenceScorer] | None = None) -> int:
+    """:func:`fill_evidence` of every enabled source of ``model`` for the photos of the
+    collection ``coll`` now (what ``vse index`` runs after an update). Returns the photos
+    computed. Note: this decodes and runs the backbone again for each new photo; an index
+    update that kept the features it already computes would make it free."""
+    from vsekit.media.video import is_video
+
+    sources = model_sources(model) if sources is None else sources
+    snap = coll.snapshot
+    files = [(p, int(s), int(m)) for p, (s, m) in zip(snap.paths, snap.stamps, strict=True)]
+    return sum(fill_evidence(coll.path, files, src, model.image_features, is_video=is_video)
+               for src in sources)  # fmt: skip

@@ -159,34 +159,39 @@ def evaluate(queries: list[dict], ids: Sequence[str], scores: np.ndarray) -> dic
 
 
 # -- scorers ------------------------------------------------------------------------
+def cached_photos(model, ids: Sequence[str], encode, kind: str = "") -> np.ndarray:
+    """``encode(paths)`` of the photos ``ids`` in batches of 16, stacked (``[N, ...]``),
+    cached under ``~/.cache/vsekit/query_benchmark`` by model fingerprint, image
+    precision, ``kind`` ("": embeddings) and the id list."""
+    from vsekit.fsio import atomic_write, cache_dir, np_bytes
+
+    choice = getattr(model, "precision_choice", None)
+    precision = choice.image if choice is not None else "fp32"
+    key = hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16]
+    name = "-".join([model.fingerprint, precision, *([kind] if kind else []), str(len(ids)), key])
+    path = cache_dir() / "query_benchmark" / f"{name}.npy"
+    if path.is_file():
+        return np.load(path)
+    paths = [str(FLICKR8K / "images" / i) for i in ids]
+    out = np.concatenate([encode(paths[a : a + 16]) for a in range(0, len(paths), 16)])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, np_bytes(out.astype(np.float32)))
+    return out
+
+
 def default_scorer(model_name: str = "default") -> Scorer:
     """The shipped model as ``vse search`` ranks: each photo embedded as ``vse index``
     embeds it (cached by model fingerprint and image precision), the query embedded as
     the search command embeds it (:func:`vsekit.index.query.embed_query`), scored with
     the model's similarity less each photo's CSLS penalty."""
     import vsekit
-    from vsekit.fsio import atomic_write, cache_dir, np_bytes
     from vsekit.index.query import embed_query
 
     model = vsekit.load_model(model_name)
     choice = getattr(model, "precision_choice", None)
-    image_precision = choice.image if choice is not None else "fp32"
-
-    def photos(ids: Sequence[str]) -> np.ndarray:
-        key = hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16]
-        path = (cache_dir() / "query_benchmark"
-                / f"{model.fingerprint}-{image_precision}-{len(ids)}-{key}.npy")  # fmt: skip
-        if path.is_file():
-            return np.load(path)
-        paths = [str(FLICKR8K / "images" / i) for i in ids]
-        emb = np.concatenate([model.encode_image(paths[a : a + 16])
-                              for a in range(0, len(paths), 16)])  # fmt: skip
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, np_bytes(emb.astype(np.float32)))
-        return emb
 
     def score(texts: Sequence[str], ids: Sequence[str]) -> np.ndarray:
-        img = photos(ids)
+        img = cached_photos(model, ids, model.encode_image)
         bias = -model.image_penalty(img)[None, :]
         out = np.full((len(texts), len(ids)), -np.inf, np.float32)
         for j, t in enumerate(texts):

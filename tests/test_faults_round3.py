@@ -101,7 +101,9 @@ def test_search_output_one_line_per_hit_and_json_paths_that_round_trip(tmp_path,
     assert main(["index", str(folder), "--index", idx, "--model", model]) == 0
     capsys.readouterr()
 
-    assert main(["search", "a photo", "--index", idx, "--model", model, "--k", "3"]) == 0
+    # --no-stack: the tiny random model embeds every photo alike (all would be one stack)
+    assert main(["search", "a photo", "--index", idx, "--model", model, "--k", "3",
+                 "--no-stack"]) == 0  # fmt: skip
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 3 and any(line.endswith("new\\nline.png") for line in lines)
     assert main(["search", "a photo", "--index", idx, "--model", model, "--k", "3",

@@ -282,7 +282,8 @@ def test_cli_storage_and_budget(tmp_path, capsys):
         cli_index.INT8_HINT_ROWS = old_hint
     assert main([*run, "--storage", "int8"]) == 2
     assert "stores its embeddings as f32; add --rebuild" in capsys.readouterr().err
-    assert main(["search", "a dog", "--index", idx, "--k", "6"]) == 0
+    # --no-stack: the tiny random model embeds every photo alike (all would be one stack)
+    assert main(["search", "a dog", "--index", idx, "--k", "6", "--no-stack"]) == 0
     before = capsys.readouterr().out
     assert main([*run, "--storage", "int8", "--rebuild", "--max-ram", "2G"]) == 0
     files = sorted(p.name for p in (tmp_path / "idx").glob("emb-*"))
@@ -290,7 +291,7 @@ def test_cli_storage_and_budget(tmp_path, capsys):
     c = Collection(idx)
     assert c.store.storage == "int8" and c.snapshot.meta["ann_max_ram"] == str(2 << 30)
     capsys.readouterr()
-    assert main(["search", "a dog", "--index", idx, "--k", "6"]) == 0
+    assert main(["search", "a dog", "--index", idx, "--k", "6", "--no-stack"]) == 0
     after = capsys.readouterr().out
     assert [line.split()[-1] for line in after.splitlines()] == [
         line.split()[-1] for line in before.splitlines()
@@ -301,7 +302,8 @@ def test_cli_storage_and_budget(tmp_path, capsys):
     assert main([*run, "--max-ram", "100"]) == 0
     assert "too few to train IVF-PQ" in capsys.readouterr().err
     assert Collection(idx).snapshot.meta["ann_max_ram"] == "100"
-    assert main(["search", "a dog", "--index", idx, "--k", "6", "--method", "faiss"]) == 0
+    assert main(["search", "a dog", "--index", idx, "--k", "6", "--method", "faiss",
+                 "--no-stack"]) == 0  # fmt: skip
     assert [line.split()[-1] for line in capsys.readouterr().out.splitlines()] == [
         line.split()[-1] for line in before.splitlines()
     ]

@@ -28,6 +28,8 @@ def machine() -> dict:
         "torch": torch.__version__,
         "numpy": numpy.__version__,
         "platform": platform.platform(),
+        # other work on the CPU during the run (1, 5, 15 min; 2 cores: above 2 is shared)
+        "load_average": [round(x, 2) for x in os.getloadavg()],
     }
 
 

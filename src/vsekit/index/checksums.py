@@ -10,7 +10,8 @@ checksums in the transaction that switches to it.
 They are verified at every open (:meth:`vsekit.index.integrity.Integrity.check`, up to
 its scan budget), over the whole file by ``vse index --repair``, and on every read of a
 result: the rows a search returns are checked before their files are
-(:meth:`vsekit.index.snapshot.Snapshot.hits`), about a microsecond a row.
+(:meth:`vsekit.index.snapshot.Snapshot.hits`), a few microseconds a row of 2,048 float32
+values (0.2 ms for 20 results; a full check at open reads about 1 to 2 GB/s).
 
 Rows committed before checksums were kept have none: they are held to a weaker check
 (finite values; unit norm where the index's rows are unit vectors) and get their

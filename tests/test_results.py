@@ -29,29 +29,43 @@ HALVES = [(RED, BLACK), (GREEN, BLACK), (BLUE, BLACK), (BLACK, RED), (BLACK, GRE
           (BLACK, BLUE), (RED, RED), (GREEN, BLUE)]  # fmt: skip
 
 
-def halves(path: Path, left, right, size: int = 32) -> Path:
-    """A PNG whose left and right halves are solid colours."""
-    im = Image.new("RGB", (size, size), left)
-    im.paste(Image.new("RGB", (size // 2, size), right), (size // 2, 0))
+LOW, HIGH = 40, 200  # a channel off / on: room for the texture on both sides
+
+
+def halves(path: Path, left, right, size: int = 32, texture: int | None = None) -> Path:
+    """A PNG whose left and right halves are solid colours (channels 0 / 255 drawn as
+    LOW / HIGH), with, for a ``texture`` seed, a coarse grey pattern of zero mean in each
+    half: it leaves :func:`colour_embed` as it is and gives each photo a perceptual hash
+    of its own (plain halves would share one)."""
+    px = np.zeros((size, size, 3), np.float32)
+    px[:, : size // 2] = [HIGH if c else LOW for c in left]
+    px[:, size // 2 :] = [HIGH if c else LOW for c in right]
+    if texture is not None:
+        rng = np.random.default_rng(texture)
+        t = np.kron(rng.uniform(-38, 38, (8, 8)), np.ones((size // 8, size // 8)))
+        for half in (slice(0, size // 2), slice(size // 2, size)):
+            t[:, half] -= t[:, half].mean()
+        px += t[:, :, None]
     path.parent.mkdir(parents=True, exist_ok=True)
-    im.save(path)
+    Image.fromarray(np.clip(np.round(px), 0, 255).astype(np.uint8)).save(path)
     return path
 
 
 def colour_embed(images) -> np.ndarray:
-    """``[n, 6]`` unit vectors: the mean colour of each half (the tiny random model maps
-    every photo to nearly one direction, so its embeddings cannot tell copies apart)."""
+    """``[n, 6]`` unit vectors: the mean colour of each half, less LOW (the tiny random
+    model maps every photo to nearly one direction, so its embeddings cannot tell copies
+    apart)."""
     out = []
     for im in images:
         a = np.asarray(im.convert("RGB").resize((2, 1), Image.Resampling.BOX), np.float32)
-        v = a.reshape(-1)
+        v = np.maximum(a.reshape(-1) - LOW, 0)
         out.append(v / max(np.linalg.norm(v), 1e-6))
     return np.asarray(out, np.float32)
 
 
 def channel_photos(photos: Path) -> list[Path]:
     """21 photos whose :func:`colour_embed` vectors are every set of one or two of the six
-    (half, channel) axes at full intensity: no two closer than cosine 0.71."""
+    (half, channel) axes: no two closer than cosine 0.71, each with its own texture."""
     from itertools import combinations
 
     out = []
@@ -61,7 +75,8 @@ def channel_photos(photos: Path) -> list[Path]:
             for a in axes:
                 c[a] = 255
             name = "".join("LR"[a // 3] + "rgb"[a % 3] for a in axes)
-            out.append(halves(photos / f"{name}.png", tuple(c[:3]), tuple(c[3:])))
+            out.append(halves(photos / f"{name}.png", tuple(c[:3]), tuple(c[3:]),
+                              texture=len(out)))  # fmt: skip
     return out
 
 
@@ -70,10 +85,11 @@ def make_photos(root: Path) -> Path:
     and a half-size copy of the second (other bytes: a near-duplicate)."""
     photos = root / "photos"
     for i, (left, right) in enumerate(HALVES):
-        halves(photos / f"p{i}.png", left, right)
+        halves(photos / f"p{i}.png", left, right, texture=i)
     (photos / "copies").mkdir()
     shutil.copy(photos / "p0.png", photos / "copies" / "p0 copy.png")
-    halves(photos / "copies" / "p1 small.png", *HALVES[1], size=16)
+    with Image.open(photos / "p1.png") as im:
+        im.resize((16, 16), Image.Resampling.LANCZOS).save(photos / "copies" / "p1 small.png")
     return photos
 
 

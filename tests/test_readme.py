@@ -110,10 +110,19 @@ def test_quickstart_commands_run_as_written(user_env) -> None:
                              text=True, check=True).stdout.strip().splitlines()  # fmt: skip
         assert len(got) == len(want), (cmd, got)
         for g, w in zip(got, want, strict=True):
-            g_score, g_rest = g.split(maxsplit=1)
-            w_score, w_rest = w.split(maxsplit=1)
+            g_cue, g_score, g_rest = _hit_line(g)
+            w_cue, w_score, w_rest = _hit_line(w)
             same = Path(g_rest).name == Path(w_rest).name  # the clone's folder differs
             assert same and abs(float(g_score) - float(w_score)) <= 0.01, (g, w)
+            assert g_cue == w_cue, (g, w)
+
+
+def _hit_line(line: str) -> tuple[str | None, str, str]:
+    """``(relevance cue or None, score, path)`` of a line of ``vse search``."""
+    words = line.split(maxsplit=1)
+    cue = words[0] if words[0] in ("strong", "weak", "none") else None
+    score, rest = (words[1] if cue else line).split(maxsplit=1)
+    return cue, score, rest
 
 
 @pytest.mark.slow

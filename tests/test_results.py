@@ -182,10 +182,11 @@ def test_cue_thresholds():
 
 
 def calibrate(bundle: Path, fingerprint: str, strong: float, weak: float, **extra) -> None:
-    cal = {"strong": strong, "weak": weak}
-    write_relevance(bundle, {"model_fingerprint": fingerprint,
-                             "by_precision": {"fp32": cal, **extra},
-                             "rule": {}, "score": "test", "command": "test"})  # fmt: skip
+    """``relevance.json`` for the fp32 graph of the model with ``fingerprint``, and the
+    entries of ``extra`` (by precision)."""
+    cal = {"strong": strong, "weak": weak, "model_fingerprint": fingerprint}
+    write_relevance(bundle, {"by_precision": {"fp32": cal, **extra}, "rule": {},
+                             "score": "test", "command": "test"})  # fmt: skip
 
 
 def test_relevance_file_is_read_per_precision_verified_and_model_bound(tmp_path):
@@ -194,10 +195,15 @@ def test_relevance_file_is_read_per_precision_verified_and_model_bound(tmp_path)
     bundle = make_tiny_model(CAPTIONS).save(tmp_path / "m")
     fp = vsekit.load_model(str(bundle), backend="torch").fingerprint
     assert read_relevance(bundle, fp, "fp32") is None  # no calibration: no cue
-    calibrate(bundle, fp, 0.3, 0.1, int8={"strong": 0.31, "weak": 0.12})
+    int8 = {"strong": 0.31, "weak": 0.12, "model_fingerprint": "1" * 16}
+    calibrate(bundle, fp, 0.3, 0.1, int8=int8)
     assert read_relevance(bundle, fp, "fp32") == Relevance(0.3, 0.1)
-    assert read_relevance(bundle, fp, "int8") == Relevance(0.31, 0.12)
+    # each precision's entry holds for the model it was measured with (the image graph
+    # is part of a fingerprint), and a precision without one gets no cue
+    assert read_relevance(bundle, "1" * 16, "int8") == Relevance(0.31, 0.12)
+    assert read_relevance(bundle, fp, "int8") is None
     assert read_relevance(bundle, "0" * 16, "fp32") is None  # calibrated for other weights
+    assert read_relevance(bundle, fp, "bf16") is None
     verify_bundle(bundle)  # recorded in the manifest
     f = bundle / RELEVANCE_FILE
     f.write_text(f.read_text().replace("0.3", "0.2"))

@@ -11,8 +11,9 @@ caption against every photo)::
     score < weak             "none"    (where unrelated caption-photo pairs fall)
 
 One pair of thresholds per image precision (``int8``, ``fp32``), since the graphs give
-slightly different scores. The file is listed in the bundle's manifest (verified with the
-others); a file calibrated for another model (its ``model_fingerprint``) gives no cue.
+slightly different scores, each with the fingerprint of the model it was measured with
+(the image graph is part of it). The file is listed in the bundle's manifest (verified
+with the others); a model without an entry of its own fingerprint gets no cue.
 """
 
 from __future__ import annotations
@@ -41,17 +42,16 @@ class Relevance:
 
 def read_relevance(bundle: Path, fingerprint: str, precision: str) -> Relevance | None:
     """The thresholds of ``bundle`` for a model with ``fingerprint`` running its image
-    graph in ``precision`` (``fp32`` where that one is missing); None when the bundle has
-    no calibration or one for other weights. ValueError naming the file if malformed."""
+    graph in ``precision``; None when the bundle has no calibration for it (none at all,
+    none for that precision, or one measured with other weights). ValueError naming the
+    file if malformed."""
     path = Path(bundle) / RELEVANCE_FILE
     if not path.is_file():
         return None
     try:
-        meta = json.loads(path.read_text())
-        if meta.get("model_fingerprint") != fingerprint:
+        cal = json.loads(path.read_text())["by_precision"].get(precision)
+        if cal is None or cal["model_fingerprint"] != fingerprint:
             return None
-        by = meta["by_precision"]
-        cal = by.get(precision) or by["fp32"]
         strong, weak = float(cal["strong"]), float(cal["weak"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise ValueError(f"{path}: unreadable relevance calibration ({e})") from e
@@ -75,15 +75,19 @@ def model_relevance(model) -> Relevance | None:
 
 
 def write_relevance(bundle: Path, calibration: dict) -> None:
-    """Write ``relevance.json`` (the thresholds per precision, the model's fingerprint,
-    how they were found) and record it in the bundle's manifest."""
+    """Write ``relevance.json`` (per image precision: the thresholds and the fingerprint
+    of the model measured; how they were found) and record it in the bundle's
+    manifest."""
     from vsekit.bundle import write_manifest
     from vsekit.fsio import atomic_write
 
     keep = {
-        "model_fingerprint": calibration["model_fingerprint"],
         "by_precision": {
-            p: {"strong": c["strong"], "weak": c["weak"]}
+            p: {
+                "strong": c["strong"],
+                "weak": c["weak"],
+                "model_fingerprint": c["model_fingerprint"],
+            }
             for p, c in calibration["by_precision"].items()
         },
         "rule": calibration["rule"],

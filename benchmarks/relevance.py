@@ -35,7 +35,8 @@ checked on the judged queries.
 The thresholds are written to the bundle's ``relevance.json`` (``--write``), recorded
 in its manifest; one pair per image precision (int8 and fp32 graphs give slightly
 different scores). Photo embeddings are cached under ``~/.cache/vsekit/query_benchmark``
-(the query scoreboard's cache, same key), never in the repo.
+(the query scoreboard's cache), caption embeddings under ``~/.cache/vsekit/relevance``,
+never in the repo.
 
 Run: python benchmarks/relevance.py [--model default] [--precision int8,fp32] [--write]
 """
@@ -59,23 +60,6 @@ STRONG_RULE = "median of the true pairs' scores"
 WEAK_RULE = "99th percentile of the non-matching pairs' scores"
 WEAK_QUANTILE = 0.99
 QUANTILES = (0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.999)
-
-
-def photo_embeddings(model, precision: str, ids: list[str], root: Path) -> np.ndarray:
-    """Dev photos as ``vse index`` embeds them, cached as the query scoreboard caches."""
-    from vsekit.fsio import atomic_write, cache_dir, np_bytes
-
-    key = hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16]
-    path = cache_dir() / "query_benchmark" / f"{model.fingerprint}-{precision}-{len(ids)}-{key}.npy"
-    if path.is_file():
-        return np.load(path)
-    paths = [str(root / "images" / i) for i in ids]
-    t0 = time.perf_counter()
-    emb = np.concatenate([model.encode_image(paths[a : a + 16]) for a in range(0, len(paths), 16)])
-    print(f"embedded {len(paths)} photos ({precision}) in {time.perf_counter() - t0:.0f} s")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, np_bytes(emb.astype(np.float32)))
-    return emb
 
 
 def query_embeddings(model, texts: list[str], cache: bool = False) -> np.ndarray:
@@ -194,7 +178,7 @@ def check_on_judged(model, img: np.ndarray, ids: list[str], strong: float, weak:
 def main() -> dict:
     from _common import record
     from _dev import F8K, dev_split
-    from query_scoreboard import split_images
+    from query_scoreboard import cached_photos, split_images
 
     import vsekit
     from vsekit.bundle import bundle_dir
@@ -218,7 +202,7 @@ def main() -> dict:
         txt = query_embeddings(model, texts, cache=True)
         took = time.perf_counter() - t0
         print(f"{len(texts)} captions embedded (or read from the cache) in {took:.0f} s")
-        img = photo_embeddings(model, precision, ids, F8K)
+        img = cached_photos(model, ids, model.encode_image)  # as vse index embeds
         cal = calibrate(search_scores(model, img, txt), c2i)
         cal["judged_queries"] = check_on_judged(model, img, ids, cal["strong"], cal["weak"])
         choice = model.precision_choice

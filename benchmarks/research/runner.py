@@ -79,11 +79,14 @@ def write_cell(folder: Path, name: str, record: dict) -> None:
 
 
 def run_log(run: Path) -> tuple[list[dict], list[dict], float]:
-    """``(epochs, events, train seconds)`` from a finished run's folder. The trainer's own
-    clock runs on across a resume, which ``done.json``'s does not."""
+    """``(epochs, events, train seconds)`` from a finished run's folder: the epochs from
+    ``metrics.jsonl``, the events (decays, early stop, switch) from the last epoch's
+    training state. The trainer's own clock runs on across a resume, which
+    ``done.json``'s does not."""
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
     epochs = [e for e in lines if "event" not in e]
-    events = [e for e in lines if "event" in e]
+    last = json.loads((run / "last.json").read_text())["path"]
+    events = json.loads((run / last / "state.json").read_text()).get("events", [])
     state = json.loads((run / "done.json").read_text())
     seconds = max(state["seconds"], max((e.get("seconds", 0) for e in epochs), default=0))
     return epochs, events, seconds

@@ -7,6 +7,9 @@ A bundle is a folder::
     model.safetensors      the weights (float16 or float32)
     vocab.json             the word vocabulary; tokenizer.json for word-piece towers
     captions.txt           the annotation pool (optional)
+    captions.emb.{json,npz}  its embeddings in a compact form (optional; the json records
+                           the npz's sha256, checked when it is read:
+                           :mod:`vsekit.runtime.compact`)
     tagger.safetensors, tags.txt        the tag ranker (optional)
     fne_stats.safetensors  the Full-Network Embedding's train statistics (FNE models)
     expansion.{txt,safetensors,json}    words added from GloVe (optional)
@@ -69,7 +72,8 @@ MANIFEST = "manifest.json"
 #: written later, by setup, and carry their own sha256 records)
 BUNDLE_FILES = ("bundle.json", "model.safetensors", "vocab.json", "tokenizer.json",
                 "captions.txt", "tagger.safetensors", "tags.txt", "fne_stats.safetensors",
-                "hubness.json", "hubness.npz", "relevance.json")  # fmt: skip
+                "hubness.json", "hubness.npz", "relevance.json",
+                "captions.emb.json")  # fmt: skip
 
 
 def write_manifest(path: Path) -> None:

@@ -24,6 +24,7 @@ from vsekit.fne import FNEStats
 from vsekit.media.video import Sampling, VideoVectors, embed_video, is_video
 from vsekit.media.views import decode_size
 from vsekit.progress import progress_bar
+from vsekit.runtime.compact import CompactPool, captions_key, read_compact, read_compact_info
 from vsekit.runtime.hubness import Hubness, caption_bank_texts, read_hubness
 from vsekit.runtime.kinds import FEATURE_KINDS
 from vsekit.runtime.precision import PrecisionChoice
@@ -76,6 +77,7 @@ class BaseModel:
         self._tag_bias = None  # [T] per-tag bias of a tagger with learned tags
         self._pool = None
         self._hub: Hubness | bool | None = None  # False: the bundle has none
+        self._compact: CompactPool | bool | None = None  # False: none that fits
 
     # -- identity ------------------------------------------------------------------
     @property
@@ -104,6 +106,12 @@ class BaseModel:
             h.update(k.encode())
             h.update(np.ascontiguousarray(v, dtype=np.float16).tobytes())
         return h.hexdigest()[:16]
+
+    @property
+    def weights_fingerprint(self) -> str:
+        """The fingerprint of the weights alone, whatever precision runs the image graph
+        (what the caption pool's embeddings depend on)."""
+        return self.fingerprint
 
     def describe(self, name: str | None = None) -> dict:
         """What an index records about the model its embeddings come from."""
@@ -265,8 +273,36 @@ class BaseModel:
         from vsekit.runtime.captions import CaptionPool
 
         texts = caption_bank_texts(self.captions, cfg.caption_stride)
+        compact = self.compact_pool
+        if compact is not None:  # the bank is every stride-th row of the shipped pool
+            rows = slice(None, None, cfg.caption_stride)
+            key = f"{len(texts)}-compact-{compact.sha256[:12]}"
+            return Hubness(cfg, bank, lambda: compact.rows(rows), key, bank_sha)
         pool = CaptionPool(self, texts, cache=True, name="caption bank")
         return Hubness(cfg, bank, lambda: pool.embeddings, pool.key, bank_sha)
+
+    @property
+    def compact_pool(self) -> CompactPool | None:
+        """The caption pool's embeddings shipped with the bundle (:mod:`vsekit.runtime.
+        compact`), read and verified on first use; None when the bundle has none, or
+        has one made for other weights or captions (then they are computed)."""
+        if self._compact is None:
+            with _COMPACT_LOCK:
+                if self._compact is None:
+                    self._compact = self._load_compact() or False
+        return self._compact or None
+
+    def _load_compact(self) -> CompactPool | None:
+        if self.path is None or not self.captions or self.similarity_name != "cosine":
+            return None
+        meta = read_compact_info(self.path)
+        if meta is None:
+            return None
+        fits = (meta.get("model_fingerprint") == self.weights_fingerprint
+                and meta.get("embed_dim") == self.embed_dim
+                and meta.get("captions_sha256") == captions_key(list(dict.fromkeys(
+                    self.captions))))  # fmt: skip
+        return read_compact(self.path, meta) if fits else None
 
     def set_hubness(self, hubness: Hubness | None) -> None:
         """Use ``hubness`` (or none) instead of what the bundle ships."""
@@ -408,6 +444,7 @@ class BaseModel:
 
 
 _POOL_LOCK = threading.Lock()
+_COMPACT_LOCK = threading.Lock()  # taken inside _POOL_LOCK (the hubness bank)
 
 #: a word seen fewer times than this in the training captions is weakly supported
 WEAK_COUNT = 10

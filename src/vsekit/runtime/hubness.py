@@ -115,6 +115,8 @@ class Hubness:
             h.update(np.ascontiguousarray(image_bank, np.float16).tobytes())
         else:
             h.update(image_bank_key.encode())
+        #: changes with the settings and the image bank: what a text penalty depends on
+        self.text_key = h.copy().hexdigest()[:12]
         h.update(caption_key.encode())
         #: changes with the settings and banks: names cached penalties (an index's)
         self.key = h.hexdigest()[:12]

@@ -215,6 +215,13 @@ class OnnxModel(BaseModel):
         return self._fingerprint
 
     @property
+    def weights_fingerprint(self) -> str:
+        """The weights' fingerprint, the same whether the int8 or fp32 image graph runs."""
+        if self._fingerprint is None:
+            self._fingerprint = super().fingerprint
+        return self._fingerprint
+
+    @property
     def text_vocabulary(self):
         """The word vocabulary when a word-level encoder reads the text (see
         :attr:`VSEModel.text_vocabulary`); None for word pieces alone."""

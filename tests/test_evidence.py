@@ -24,9 +24,15 @@ GERMAN_SHEPHERD = "n02106662"
 
 @pytest.fixture(scope="module")
 def shipped() -> ImageNetClasses:
+    """The shipped head and mapping, with fixed fusion settings (not the bundle's
+    choice, which a new sweep may change): senses of at most 5 classes that cover at
+    least a tenth of their WordNet leaves, no word gate."""
     src = load_sources(DEFAULT, enabled_only=False)
     assert [s.name for s in src] == ["imagenet"]
-    return src[0]
+    s = src[0]
+    fusion = {"weight": 1.0, "max_classes": 5, "min_coverage": 0.1}
+    return ImageNetClasses(s.weight, s.bias, s.wordnet, s.feature_scale, s.top_k, fusion,
+                           s.word_counts)  # fmt: skip
 
 
 def wnids(src: ImageNetClasses, text: str) -> set[str]:
@@ -47,6 +53,28 @@ def test_a_general_word_does_not_fire_every_class_below_it(shipped):
     assert wnids(shipped, "a dog") == set()
     assert wnids(shipped, "a person") == set()  # 3 classes, but a sliver of "person"
     assert wnids(shipped, "a corgi and a dog") == CORGIS  # the specific noun still fires
+
+
+def test_the_word_count_gate_keeps_words_the_text_model_knows(shipped):
+    src = ImageNetClasses(shipped.weight, shipped.bias, shipped.wordnet,
+                          fusion={"max_word_count": 10, "max_classes": 5},
+                          word_counts={"corgi": 3, "shirt": 1363})  # fmt: skip
+    assert src.word_count("corgis") == 3  # the plural counts as its lemma
+    assert wnids(src, "two corgis") == CORGIS
+    assert wnids(src, "a man in a shirt") == set()  # seen 1,363 times: the text model's
+    assert src.word_count("violin") == 0  # never seen: exactly where the classes help
+    assert wnids(src, "a violin") == {"n04536866"}
+    assert shipped.word_counts["corgi"] == 3  # read from the bundle's vocab.json
+
+
+def test_by_length_scales_the_bonus_by_the_nouns_share_of_the_query(shipped):
+    src = ImageNetClasses(shipped.weight, shipped.bias, shipped.wordnet,
+                          fusion={"weight": 2.0, "max_classes": 5, "by_length": True})  # fmt: skip
+    ev = {"classes": np.array([[263, 264], [1, 2]], np.uint16),  # the two corgis; fish
+          "probs": np.array([[0.5, 0.25], [0.9, 0.1]], np.float16)}  # fmt: skip
+    np.testing.assert_allclose(src.score("a corgi", ev), [1.5, 0.0])
+    # 4 words besides the article: the corgi is a quarter of the query
+    np.testing.assert_allclose(src.score("a corgi runs on grass", ev), [0.375, 0.0])
 
 
 def test_rare_senses_and_compounds_do_not_fire(shipped):

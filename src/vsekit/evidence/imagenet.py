@@ -35,6 +35,7 @@ from vsekit.fsio import file_sha256
 #: the longest noun phrase looked up, in words ("bernese mountain dog", "great white shark")
 MAX_PHRASE = 4
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+_ARTICLES = frozenset({"a", "an", "the"})
 #: WordNet's regular noun endings (the ``morphy`` detachment rules), longest first
 _SUFFIXES = (("ches", "ch"), ("shes", "sh"), ("ses", "s"), ("xes", "x"), ("zes", "z"),
              ("ies", "y"), ("men", "man"), ("s", ""))  # fmt: skip
@@ -134,6 +135,16 @@ def _inflections(m: WordNetMap, word: str) -> list[str]:
                   if word.endswith(e) and len(word) > len(e) + 1]  # fmt: skip
 
 
+def _vocab_counts(bundle: Path) -> dict[str, int]:
+    """``{word: count}`` of the bundle's ``vocab.json`` (``{}`` without one or counts)."""
+    path = Path(bundle) / "vocab.json"
+    try:
+        v = json.loads(path.read_text())
+        return {str(w): int(c) for w, c in (v.get("counts") or {}).items()}
+    except (OSError, ValueError, AttributeError, TypeError):
+        return {}
+
+
 @lru_cache(maxsize=4)
 def _load_map(path: str, sha: str) -> WordNetMap:
     return WordNetMap.from_json(json.loads(Path(path).read_text()))
@@ -152,11 +163,15 @@ class ImageNetClasses:
         feature_scale: float = 1.0,
         top_k: int = 5,
         fusion: dict | None = None,
+        word_counts: dict[str, int] | None = None,
     ):
         """``weight [1000, F]``, ``bias [1000]``: the classifier on raw pool5;
         ``feature_scale``: the factor that turns the features :meth:`index` receives into
         raw pool5 (the median norm, for unit features); ``fusion``: ``weight`` (the bonus
-        scale), ``max_classes``, ``min_coverage`` and ``enabled``."""
+        scale), ``max_classes``, ``min_coverage``, ``max_word_count``, ``by_length`` and
+        ``enabled``;
+        ``word_counts``: how often the text model's training captions used each word
+        (the bundle's ``vocab.json``), for ``max_word_count``."""
         self.weight = np.asarray(weight, np.float32)
         self.bias = np.asarray(bias, np.float32)
         if self.weight.shape[0] != len(wordnet.classes) or self.bias.shape != (
@@ -173,6 +188,10 @@ class ImageNetClasses:
         self.fusion_weight = float(f.get("weight", 0.0))
         self.max_classes = int(f.get("max_classes", 1000))
         self.min_coverage = float(f.get("min_coverage", 0.0))
+        mwc = f.get("max_word_count")
+        self.max_word_count = None if mwc is None else int(mwc)
+        self.word_counts = dict(word_counts or {})
+        self.by_length = bool(f.get("by_length", False))
         self.enabled = bool(f.get("enabled", False))
 
     @classmethod
@@ -194,7 +213,7 @@ class ImageNetClasses:
         head = load_file(str(paths["head"]))
         wn = _load_map(str(paths["mapping"]), shas[paths["mapping"].name])
         return cls(head["weight"], head["bias"], wn, cfg.get("feature_scale", 1.0),
-                   cfg.get("top_k", 5), cfg.get("fusion"))  # fmt: skip
+                   cfg.get("top_k", 5), cfg.get("fusion"), _vocab_counts(bundle))  # fmt: skip
 
     # -- index time ---------------------------------------------------------------
     def class_probs(self, features: np.ndarray) -> np.ndarray:
@@ -222,22 +241,47 @@ class ImageNetClasses:
         return (sense.common and len(sense.classes) <= self.max_classes
                 and sense.coverage >= self.min_coverage)  # fmt: skip
 
+    def word_count(self, phrase: str) -> int:
+        """How often the text model's training captions used the phrase's last word (as
+        written or as its lemma; 0 for a word it never saw)."""
+        last = phrase.split()[-1]
+        return max(self.word_counts.get(w, 0) for w in [last, *self.wordnet.lemmas(last)])
+
     def query_classes(self, text: str) -> list[int]:
-        """The ImageNet classes ``text`` names (sorted; empty when it names none)."""
+        """The ImageNet classes ``text`` names (sorted; empty when it names none). With
+        ``max_word_count``, only nouns the text model saw at most that often: those it
+        knows well keep its own reading."""
+        return self._named(text)[0]
+
+    def _named(self, text: str) -> tuple[list[int], int]:
+        """``(classes text names, how many of its words the firing nouns span)``."""
         out: set[int] = set()
-        for _, senses in self.wordnet.phrases(text):
-            for s in senses:
-                if self.fires(s):
-                    out.update(s.classes)
-        return sorted(out)
+        span = 0
+        for phrase, senses in self.wordnet.phrases(text):
+            if self.max_word_count is not None and self.word_count(phrase) > self.max_word_count:
+                continue
+            fired = [s for s in senses if self.fires(s)]
+            for s in fired:
+                out.update(s.classes)
+            span += len(phrase.split()) if fired else 0
+        return sorted(out), span
+
+    def share(self, text: str, span: int) -> float:
+        """With ``by_length``, the share of the query's words (articles aside) that the
+        firing nouns span: "a corgi" rests on its noun alone (1), a twelve-word caption
+        that mentions a poodle has eleven other words to rank by (1/12); else 1."""
+        if not self.by_length:
+            return 1.0
+        words = [w for w in _WORD.findall(text.lower().replace("-", " ")) if w not in _ARTICLES]
+        return min(1.0, span / max(len(words), 1))
 
     def score(self, text: str, evidence) -> np.ndarray | None:
-        """``weight`` x the probability each photo's stored top-k puts on the classes
-        ``text`` names; None when it names none or the weight is 0."""
-        named = self.query_classes(text)
+        """``weight`` x :meth:`share` x the probability each photo's stored top-k puts on
+        the classes ``text`` names; None when it names none or the weight is 0."""
+        named, span = self._named(text)
         if not named or self.fusion_weight == 0:
             return None
         cls = np.asarray(evidence["classes"])
         hit = np.isin(cls, np.asarray(named, cls.dtype))
         mass = (np.asarray(evidence["probs"], np.float32) * hit).sum(axis=1)
-        return self.fusion_weight * mass
+        return self.fusion_weight * self.share(text, span) * mass

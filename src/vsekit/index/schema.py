@@ -34,7 +34,8 @@ CREATE TABLE IF NOT EXISTS photo_meta (
     model TEXT,
     lat REAL,
     lon REAL,
-    sha256 TEXT
+    sha256 TEXT,
+    phash TEXT
 );
 CREATE TABLE IF NOT EXISTS sums (start INTEGER PRIMARY KEY, crcs BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS failed (

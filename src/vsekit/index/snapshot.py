@@ -181,21 +181,22 @@ def _segments(db: sqlite3.Connection) -> list[tuple]:
         return []
 
 
-META_FIELDS = ("taken", "taken_from", "make", "model", "lat", "lon", "sha256")
+META_FIELDS = ("taken", "taken_from", "make", "model", "lat", "lon", "sha256", "phash")
 
 
 def _photo_meta(db: sqlite3.Connection) -> list[tuple]:
-    """``(file_id, taken, taken_from, make, model, lat, lon)`` of every file that has
-    them (none in an index made before they were recorded, opened read-only)."""
-    try:
-        return db.execute(f"SELECT file_id, {', '.join(META_FIELDS)} FROM photo_meta").fetchall()
-    except sqlite3.OperationalError:
-        pass
-    try:  # a table from before content hashes (read-only here: no writer migrated it)
-        rows = db.execute(f"SELECT file_id, {', '.join(META_FIELDS[:-1])} FROM photo_meta")
-        return [(*r, None) for r in rows.fetchall()]
-    except sqlite3.OperationalError:
-        return []
+    """``(file_id, *META_FIELDS)`` of every file that has them (none in an index made
+    before they were recorded, opened read-only)."""
+    # a table from before perceptual hashes, or before content hashes too (read-only
+    # here: no writer migrated it) lacks the last fields: None for them
+    for missing in range(3):
+        cols = META_FIELDS[: len(META_FIELDS) - missing]
+        try:
+            rows = db.execute(f"SELECT file_id, {', '.join(cols)} FROM photo_meta").fetchall()
+        except sqlite3.OperationalError:
+            continue
+        return [(*r, *[None] * missing) for r in rows]
+    return []
 
 
 def meta_arrays(m: dict[str, list], n: int) -> dict[str, np.ndarray]:

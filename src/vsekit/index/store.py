@@ -186,6 +186,9 @@ class IndexStore(Integrity):
             if "sha256" not in cols:  # a table from before content hashes were kept
                 w.execute("ALTER TABLE photo_meta ADD COLUMN sha256 TEXT")
                 w.commit()
+            if "phash" not in cols:  # from before perceptual hashes (index/phash.py)
+                w.execute("ALTER TABLE photo_meta ADD COLUMN phash TEXT")
+                w.commit()
             self._w = w
         return self._w
 

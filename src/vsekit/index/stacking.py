@@ -7,7 +7,8 @@ lost: ``--json`` and the HTTP results list every copy.
 
 What counts as a copy is :mod:`vsekit.index.duplicates`' definition, not a second one:
 the same content (the sha256 recorded at index time) or a near-duplicate pair by
-:func:`~vsekit.index.duplicates.near_pairs` at its :data:`NEAR_THRESHOLD`. Only the
+:func:`~vsekit.index.duplicates.pairs_of` at its defaults (perceptual hash, then
+embedding). Only the
 results are compared with each other (``O(k^2)``), never the whole collection. Videos
 are never stacked (two clips can share frames and still be two clips).
 """
@@ -48,9 +49,10 @@ def copy_groups(snap: Snapshot, hits: list[Hit]) -> list[list[int]]:
         for i, p in zip(photos, pos, strict=True):
             if sha[p]:
                 join(first.setdefault(sha[p], i), i)
-        if snap.unit_rows:  # near-duplicates: the cosine of unit image rows
+        if snap.unit_rows:  # near-duplicates: perceptual hashes, then unit image rows
             emb = np.asarray(snap.emb[snap.rows[pos]], np.float32)
-            for a, b, _ in duplicates.near_pairs(emb, duplicates.NEAR_THRESHOLD):
+            phash = snap.photo_meta.get("phash") or [None] * len(snap)
+            for a, b, _, _ in duplicates.pairs_of([phash[p] for p in pos], emb):
                 join(photos[a], photos[b])
     groups: dict[int, list[int]] = {}
     for i in range(len(hits)):

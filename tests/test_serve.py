@@ -395,3 +395,50 @@ def test_browser_stacks_cues_and_the_viewer(tmp_path):
         page.keyboard.press("Escape")
         assert not page.locator("#viewer").is_visible()
         page.screenshot(path=str(tmp_path / "viewer.png"))
+
+
+@pytest.mark.slow
+def test_browser_moves_duplicates_after_a_preview_and_a_confirmation(tmp_path):
+    """The duplicates view marks the file kept by default; Preview shows the plan and
+    moves nothing; Move asks first (dismissed: nothing moves), then moves the copy out
+    and names the undo list."""
+    model = make_tiny_model(CAPTIONS)
+
+    def extra(photos):
+        (photos / "old").mkdir()
+        shutil.copy(photos / "Lr.png", photos / "old" / "Lr again.png")
+
+    coll, photos = distinct_collection(tmp_path, model, extra)
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    with browser_page(create_app(coll, model)) as page:
+        page.click("#dups")
+        page.wait_for_selector(".group h3")
+        assert "Exact copies (2)" in page.inner_text(".group h3")
+        assert page.locator("figure.keep").count() == 1
+        page.fill("#moveto", str(moved))
+        page.click("#preview")
+        page.wait_for_function(
+            "document.getElementById('status').textContent.startsWith('Preview')"
+        )
+        assert "1 file would move" in page.inner_text("#status")
+        assert page.locator("figure.move").count() == 1 and page.locator("figure.keep").count() == 1
+        both = [photos / "Lr.png", photos / "old" / "Lr again.png"]
+        assert all(p.is_file() for p in both) and not any(moved.iterdir())
+        asked = []
+
+        def answer(dialog, accept):
+            asked.append(dialog.message)
+            dialog.accept() if accept else dialog.dismiss()
+
+        page.once("dialog", lambda d: answer(d, False))
+        page.click("#apply")  # returns once the dialog is answered
+        assert len(asked) == 1 and page.inner_text("#status").startswith("Preview")
+        assert all(p.is_file() for p in both) and not any(moved.iterdir())
+        page.once("dialog", lambda d: answer(d, True))
+        page.click("#apply")
+        page.wait_for_function("document.getElementById('status').textContent.startsWith('Moved')")
+        assert len(asked) == 2 and "Move 1 file to" in asked[0] and "Nothing is deleted" in asked[0]
+        assert "Undo list:" in page.inner_text("#status")
+        assert sum(p.is_file() for p in both) == 1  # one of the copies left the folder
+        assert len([p for p in moved.rglob("*.png")]) == 1

@@ -173,6 +173,22 @@ def test_fuse_adds_a_bonus_only_to_queries_that_name_a_class():
         fuse(base, texts[:2], [src], ev)
 
 
+def test_shipped_head_on_the_models_own_features_names_the_cat_and_the_espresso(shipped):
+    """The head on the bundle's unit features (scaled back by feature_scale) classifies
+    scikit-image's cat as a cat class and its coffee as espresso, as the backbone's
+    converted weights do on raw pool5."""
+    skdata = pytest.importorskip("skimage.data")
+    import vsekit
+
+    model = vsekit.load_model("default")
+    ims = [Image.fromarray(skdata.chelsea()), Image.fromarray(skdata.coffee())]
+    ev = shipped.index(model.image_features(ims))
+    top = [shipped.wordnet.classes[int(c)][0] for c in ev["classes"][:, 0]]
+    assert top[0] in {"n02124075", "n02123045", "n02123159"}  # Egyptian, tabby, tiger cat
+    assert top[1] == "n07920052"  # espresso
+    assert float(ev["probs"][1, 0]) > 0.5
+
+
 def test_shipped_head_ranks_a_photo_by_its_classes(shipped, flickr8k_slice_photos):
     """The shipped head on real features: its top class for a Flickr8k photo is one of
     the classes its top-5 probabilities hold, and the probabilities are a distribution."""

@@ -78,6 +78,7 @@ class BaseModel:
         self._pool = None
         self._hub: Hubness | bool | None = None  # False: the bundle has none
         self._compact: CompactPool | bool | None = None  # False: none that fits
+        self._bank_pool = None  # the hubness caption bank's pool when it is computed
 
     # -- identity ------------------------------------------------------------------
     @property
@@ -278,7 +279,7 @@ class BaseModel:
             rows = slice(None, None, cfg.caption_stride)
             key = f"{len(texts)}-compact-{compact.sha256[:12]}"
             return Hubness(cfg, bank, lambda: compact.rows(rows), key, bank_sha)
-        pool = CaptionPool(self, texts, cache=True, name="caption bank")
+        pool = self._bank_pool = CaptionPool(self, texts, cache=True, name="caption bank")
         return Hubness(cfg, bank, lambda: pool.embeddings, pool.key, bank_sha)
 
     @property

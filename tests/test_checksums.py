@@ -117,3 +117,65 @@ def test_an_index_from_before_checksums_gets_them_after_a_norm_check(tmp_path):
     assert snap.crc_known[snap.rows].all()  # the sound rows got checksums in the repair
     coll.update(photos, PixelEmbedder(), progress=False)
     assert len(coll) == 12 and coll.snapshot.crc_known[coll.snapshot.rows].all()
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered")
+def test_the_service_answers_503_with_the_repair_for_a_damaged_row(tmp_path):
+    """A damaged row found while serving is the index's fault: 503 naming --repair, not
+    400 (which blamed the request) or 500."""
+    from fastapi.testclient import TestClient
+
+    from tests.conftest import make_tiny_model, write_image
+    from vsekit.index import model_info
+    from vsekit.serve.app import create_app
+
+    model = make_tiny_model(["a dog runs on grass", "a red car"])
+    photos = tmp_path / "photos"
+    for i in range(4):
+        write_image(photos / f"p{i}.jpg", seed=i, size=48)
+    coll = Collection(tmp_path / "idx", model_info(model, "tiny"))
+    coll.update(photos, model.encode_image, progress=False)
+    client = TestClient(create_app(coll, model), base_url="http://127.0.0.1")
+    first = client.get("/search", params={"q": "a dog", "k": 4, "stack": "false"}).json()
+    victim = first["results"][0]["id"]
+    row = int(coll.snapshot.rows[coll.snapshot.id_to_pos[victim]])
+    f = emb_path(tmp_path / "idx", 0)
+    dim = coll.dim
+    with open(f, "r+b") as fh:  # after the service opened the index
+        fh.seek(row * dim * 4)
+        word = bytearray(fh.read(4))
+        word[3] ^= 0x40
+        fh.seek(row * dim * 4)
+        fh.write(word)
+    for res in (
+        client.get("/search", params={"q": "a dog", "k": 4, "stack": "false"}),
+        client.get("/search", params={"q": f"#{victim}"}),
+        client.get(f"/annotate/{victim}"),
+    ):
+        assert res.status_code == 503, res.text
+        assert "--repair" in res.json()["error"]
+
+
+def test_checksums_of_another_generation_are_never_held_against_its_rows(tmp_path):
+    """A vsekit without checksums that compacted the index wrote its rows to a new
+    generation in another order and left the old checksums behind: they must not make
+    every sound row look damaged (and --repair drop them)."""
+    coll, photos = _build(tmp_path, "f32", n=6)
+    snap = coll.snapshot
+    coll.close()
+    idx = tmp_path / "idx"
+    order = snap.rows[::-1].copy()  # as an older compaction might write them
+    np.asarray(snap.emb)[order].tofile(emb_path(idx, 1))
+    db = sqlite3.connect(idx / "index.sqlite")
+    with db:
+        for new_row, file_id in enumerate(snap.ids[::-1]):
+            db.execute("UPDATE files SET row = ? WHERE id = ?", (new_row, int(file_id)))
+        db.execute("UPDATE meta SET value = '1' WHERE key = 'generation'")
+    db.close()
+    emb_path(idx, 0).unlink()
+    coll = Collection(idx)  # the old sums are another generation's: not used
+    assert not coll.snapshot.crc_known.any()
+    coll.update(photos, PixelEmbedder(), progress=False)  # the writer gives them theirs
+    snap = coll.snapshot
+    assert snap.crc_known.all() and len(coll) == 6
+    np.testing.assert_array_equal(snap.crc, crcs_of(raw_rows(snap.emb)))

@@ -11,10 +11,12 @@ import pytest
 from tests.conftest import write_image
 from tests.test_faults import photos_in
 from tests.test_index import INFO, CountingEmbedder
+from vsekit.fsio import stored_ns
 from vsekit.index import Collection
-from vsekit.index.scan import NS_MAX, shown
+from vsekit.index.scan import shown
 
 YEAR_2400 = 13_569_465_600  # 2400-01-01 in seconds since 1970: past SQLite's INTEGER in ns
+YEAR_2500 = 16_725_225_600
 
 
 def test_a_file_dated_after_2262_is_indexed_with_the_rest(tmp_path):
@@ -25,9 +27,17 @@ def test_a_file_dated_after_2262_is_indexed_with_the_rest(tmp_path):
     rep = coll.update(folder, CountingEmbedder(), batch_size=5, progress=False)
     assert rep.added == 5 and not rep.failed
     pos = coll.paths.index(str(odd))
-    assert coll.snapshot.stamps[pos][1] == NS_MAX  # stored at the end of SQLite's range
+    assert coll.snapshot.stamps[pos][1] == stored_ns(YEAR_2400 * 10**9)
+    assert coll.snapshot.photo_meta["taken"][pos].startswith("2400-")  # its real date
     again = coll.update(folder, CountingEmbedder(), progress=False)
-    assert again.unchanged == 5  # the clamped time compares equal: nothing re-embedded
+    assert again.unchanged == 5  # the stored time compares equal: nothing re-embedded
+    with coll.open_file(int(coll.ids[pos])) as fh:  # and the file is still served
+        assert fh.read() == odd.read_bytes()
+    # the same size with another far-future time: a change, not "unchanged" (clamped to
+    # SQLite's end, both times were one)
+    os.utime(odd, ns=(YEAR_2500 * 10**9,) * 2)
+    rep = coll.update(folder, CountingEmbedder(), progress=False)
+    assert rep.unchanged == 4 and rep.updated == 1
 
 
 def _tiny(tmp_path) -> str:
@@ -166,7 +176,7 @@ def test_undecodable_bytes_in_an_error_are_shown_as_hex(tmp_path, capsys):
 def test_malformed_exif_of_every_kind_costs_only_the_fields(tmp_path):
     from PIL import Image
 
-    from vsekit.media.exif import read_meta
+    from vsekit.media.exif import mtime_text, read_meta
 
     cases = {
         "date-garbage": {306: "2019:13:45 99:99:99"},
@@ -184,10 +194,13 @@ def test_malformed_exif_of_every_kind_costs_only_the_fields(tmp_path):
             im.save(p, exif=exif)
         except (ValueError, TypeError, UnicodeEncodeError):
             continue  # Pillow will not even write it
-        m = read_meta(p, 10**18)
+        m = read_meta(p, stored_ns(p.stat().st_mtime_ns))
         assert m.sha256 is not None
         assert m.make is None or "\udcff" not in m.make
-    assert read_meta(tmp_path / "gone.jpg", NS_MAX).taken is None  # past year 9999: no date
+    assert mtime_text(253_402_300_800 * 10**9) is None  # past year 9999: no date
+    p = tmp_path / "date-garbage.jpg"
+    os.utime(p, ns=(10**18, 10**18))  # changed since "scanned": no hash for it
+    assert read_meta(p, stored_ns(10**18 + 1)).sha256 is None
 
 
 def test_a_southern_latitude_is_a_value_not_an_option(tmp_path, capsys):

@@ -45,6 +45,7 @@ from PIL import Image
 
 from tests.conftest import write_image
 from tests.test_big_index import PixelEmbedder, info
+from vsekit.fsio import stored_ns
 from vsekit.index import Collection, CollectionError
 from vsekit.media.exif import read_meta
 
@@ -209,7 +210,7 @@ def test_exif_of_any_bytes_costs_at_most_its_fields(values, gps):
             Image.new("RGB", (8, 8), (200, 30, 30)).save(p, exif=exif)
         except Exception:  # noqa: BLE001  (Pillow will not write it: nothing to read)
             return
-        m = read_meta(p, time.time_ns())
+        m = read_meta(p, stored_ns(p.stat().st_mtime_ns))
         assert m.sha256 == hashlib.sha256(p.read_bytes()).hexdigest()
         for text in (m.make, m.model, m.taken):
             assert text is None or text.encode("utf-8")  # storable
@@ -234,7 +235,7 @@ def test_a_damaged_exif_header_never_stops_a_batch(at, xor, run):
             data[i] ^= xor
         p.write_bytes(bytes(data))
         write_image(folder / "b.png", seed=1, size=8)
-        read_meta(p, time.time_ns())  # never raises
+        read_meta(p, stored_ns(p.stat().st_mtime_ns))  # never raises
         coll = Collection(Path(tmp) / "idx", INFO)
         rep = coll.update(folder, EMBED, progress=False)
         assert rep.added + len(rep.failed) == 2 and str(folder / "b.png") in coll.paths

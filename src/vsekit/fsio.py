@@ -200,14 +200,12 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
-#: SQLite INTEGER's range: modification times past 2262-04-11 (a camera's clock, an
-#: archive) are stored at its end, so one file's odd time never stops a batch
-NS_MIN, NS_MAX = -(1 << 63), (1 << 63) - 1
-
-
-def clamp_ns(ns: int) -> int:
-    """A time in nanoseconds clamped to what SQLite's INTEGER holds."""
-    return min(max(int(ns), NS_MIN), NS_MAX)
+def stored_ns(ns: int) -> int:
+    """A modification time in nanoseconds as the index stores and compares it: itself
+    within SQLite's INTEGER (to 2262-04-11), else wrapped into that range, so that one
+    file's time past it (a camera's clock, an archive) never stops a batch, and two
+    different such times still differ (any two within 584 years of each other)."""
+    return ((int(ns) + (1 << 63)) % (1 << 64)) - (1 << 63)
 
 
 class RowFile:

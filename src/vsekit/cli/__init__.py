@@ -143,12 +143,13 @@ def _unknown_command(argv: list[str]) -> str | None:
 
 
 def _one_line(e: BaseException) -> str:
-    """An exception as one printable line (undecodable bytes as ``\\xNN``)."""
-    from vsekit.index.scan import printable
+    """An exception as one printable line (undecodable bytes as ``\\xNN``, control
+    characters escaped)."""
+    from vsekit.index.scan import shown
 
     if isinstance(e, OSError) and e.filename is not None and e.strerror:
-        return printable(f"{e.filename}: {e.strerror}")
-    return printable(" ".join(str(e).split())) or type(e).__name__
+        return shown(f"{e.filename}: {e.strerror}")
+    return shown(" ".join(str(e).split())) or type(e).__name__
 
 
 def _database_error(e: sqlite3.Error, args: argparse.Namespace) -> str:
@@ -209,6 +210,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("vse: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:
+        print("vse: error: out of memory (a smaller --batch-size, or --storage int8 for a "
+              "large index, needs less)", file=sys.stderr)  # fmt: skip
+        return 2
     except Exception as e:  # a bug: one line, not a traceback (VSEKIT_DEBUG=1 shows it)
         if os.environ.get("VSEKIT_DEBUG"):
             raise

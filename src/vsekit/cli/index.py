@@ -217,6 +217,10 @@ def _index(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         if not args.watch:
             raise
+        if args.rebuild:  # an unfinished rebuild is thrown away: the old index stays
+            print("stopped watching (in the first pass: the rebuild was not finished and "
+                  "is discarded; the index is as it was)", file=sys.stderr)  # fmt: skip
+            return 130
         print("stopped watching (in the first pass: what it committed is kept, and the "
               "next run embeds the rest)", file=sys.stderr)  # fmt: skip
         return 0

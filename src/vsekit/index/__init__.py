@@ -4,6 +4,7 @@ from vsekit.index.api import PhotoIndex, open_index
 from vsekit.index.collection import (
     Collection,
     CollectionError,
+    DamagedIndex,
     Hit,
     UpdateReport,
     model_info,
@@ -14,6 +15,7 @@ from vsekit.index.search import FaissSearcher, exact_search
 __all__ = [
     "Collection",
     "CollectionError",
+    "DamagedIndex",
     "FaissSearcher",
     "Hit",
     "PhotoIndex",

@@ -42,7 +42,8 @@ def raw_rows(emb) -> np.ndarray:
 
 
 def crcs_of(raw: np.ndarray) -> np.ndarray:
-    """``[n]`` uint32: the CRC-32 of each row of ``raw`` (``[n, row_bytes]`` uint8)."""
+    """``[n]`` uint32: the CRC-32 of each row of ``raw`` (``[n, row_bytes]`` uint8), read
+    through row views (no copy of a memory-mapped file)."""
     return np.fromiter((zlib.crc32(r) for r in raw), np.uint32, len(raw))
 
 
@@ -61,11 +62,22 @@ def record(w: sqlite3.Connection, start: int, crcs: np.ndarray) -> None:
         )
 
 
-def record_blocks(w: sqlite3.Connection, crcs: np.ndarray, block: int = 4096) -> None:
-    """Replace every checksum by ``crcs`` (the rows of a new generation, from row 0)."""
-    w.execute("DELETE FROM sums")
+def record_blocks(
+    w: sqlite3.Connection, crcs: np.ndarray, generation: int, block: int = 4096
+) -> None:
+    """Replace every checksum by ``crcs``: the rows of a new ``generation``, from row 0."""
+    restart(w, generation)
     for a in range(0, len(crcs), block):
         record(w, a, crcs[a : a + block])
+
+
+def restart(w: sqlite3.Connection, generation: int) -> None:
+    """Forget every checksum; those recorded from now on are ``generation``'s rows'."""
+    w.execute("DELETE FROM sums")
+    w.execute(
+        "INSERT OR REPLACE INTO meta (key, value) VALUES ('sums_generation', ?)",
+        (str(int(generation)),),
+    )
 
 
 def forget_from(w: sqlite3.Connection, row: int) -> None:
@@ -73,11 +85,24 @@ def forget_from(w: sqlite3.Connection, row: int) -> None:
     w.execute("DELETE FROM sums WHERE start >= ?", (int(row),))
 
 
-def read_sums(db: sqlite3.Connection, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+def sums_valid(db: sqlite3.Connection, generation: int) -> bool:
+    """The recorded checksums are the rows of ``generation``'s file: ``meta``'s
+    ``sums_generation`` says so (a vsekit without checksums that compacted the index
+    moved its rows without them, and did not say so)."""
+    row = db.execute("SELECT value FROM meta WHERE key = 'sums_generation'").fetchone()
+    return row is not None and int(row[0]) == int(generation)
+
+
+def read_sums(
+    db: sqlite3.Connection, n_rows: int, generation: int
+) -> tuple[np.ndarray, np.ndarray]:
     """``(crc, known)``, both ``[n_rows]``: each row's recorded checksum, and whether it
-    has one (not in an index made before checksums; later batches win an overlap)."""
+    has one (not in an index made before checksums, nor when the checksums are another
+    generation's; later batches win an overlap)."""
     crc = np.zeros(n_rows, np.uint32)
     known = np.zeros(n_rows, bool)
+    if not sums_valid(db, generation):
+        return crc, known
     try:
         blobs = db.execute("SELECT start, crcs FROM sums ORDER BY start").fetchall()
     except sqlite3.OperationalError:  # no table: an index from before checksums, read-only
@@ -96,26 +121,29 @@ def bad_rows(
     known: np.ndarray,
     unit: bool,
     storage: str,
+    block: int = 4096,
 ) -> np.ndarray:
     """The rows among ``rows`` whose bytes no longer match their checksum, or, for a row
-    without one, that hold a non-finite value or (``unit``) a norm away from 1."""
-    rows = np.asarray(rows, np.int64)
-    if not len(rows):
-        return rows
+    without one, that hold a non-finite value or (``unit``) a norm away from 1. Read in
+    blocks of ``block`` rows: memory stays bounded whatever the file's size."""
+    rows = np.unique(np.asarray(rows, np.int64))
     raw = raw_rows(emb)
-    has = known[rows]
-    checked = rows[has]
-    bad = checked[crcs_of(raw[checked]) != crc[checked]] if len(checked) else checked
-    legacy = rows[~has]
-    if len(legacy):
-        vecs = np.asarray(emb[legacy], np.float32)
-        ok = np.isfinite(vecs).all(axis=1)
-        if unit:
-            with np.errstate(over="ignore", invalid="ignore"):
-                norm = np.linalg.norm(vecs.astype(np.float64), axis=1)
-            ok &= np.abs(norm - 1.0) <= NORM_TOLERANCE[storage]
-        bad = np.concatenate([bad, legacy[~ok]])
-    return np.sort(bad)
+    bad: list[int] = []
+    for a in range(0, len(rows), block):
+        part = rows[a : a + block]
+        has = known[part]
+        bad += [int(r) for r in part[has] if zlib.crc32(raw[r]) != crc[r]]
+        legacy = part[~has]
+        if not len(legacy):
+            continue
+        vecs = np.asarray(emb[legacy], np.float32)  # at most ``block`` rows
+        with np.errstate(over="ignore", invalid="ignore"):
+            ok = np.isfinite(vecs).all(axis=1)
+            if unit:
+                norm = np.sqrt(np.einsum("ij,ij->i", vecs, vecs))
+                ok &= np.abs(norm - 1.0) <= NORM_TOLERANCE[storage]
+        bad += legacy[~ok].tolist()
+    return np.asarray(sorted(bad), np.int64)
 
 
 def backfill(

@@ -32,13 +32,13 @@ from pathlib import Path
 
 import numpy as np
 
-from vsekit.fsio import open_no_wait
+from vsekit.fsio import open_no_wait, stored_ns
 from vsekit.index import caches
 from vsekit.index.files import DB_NAME, LOCK_NAME
 from vsekit.index.filters import Filters
 from vsekit.index.rebuild import rebuilding
 from vsekit.index.scan import inside, printable, scan_media
-from vsekit.index.schema import INDEX_VERSION, CollectionError, check_model
+from vsekit.index.schema import INDEX_VERSION, CollectionError, DamagedIndex, check_model
 from vsekit.index.search import FAISS_MIN_ROWS, FaissSearcher, search_snapshot
 from vsekit.index.snapshot import Hit, Snapshot
 from vsekit.index.store import IndexStore
@@ -52,6 +52,7 @@ __all__ = [
     "SEGMENT_SECONDS",
     "Collection",
     "CollectionError",
+    "DamagedIndex",
     "FileChanged",
     "FileNotIndexed",
     "Hit",
@@ -238,7 +239,7 @@ class Collection:
             raise FileNotIndexed(f"id: image {file_id} is no longer on disk") from e
         except OSError as e:
             raise FileChanged(f"id: image {file_id} cannot be opened ({e.strerror})") from e
-        if not stat.S_ISREG(st.st_mode) or (st.st_size, st.st_mtime_ns) != (size, mtime):
+        if not stat.S_ISREG(st.st_mode) or (st.st_size, stored_ns(st.st_mtime_ns)) != (size, mtime):
             os.close(fd)
             raise FileChanged(
                 f"id: image {file_id} changed since it was indexed; run `vse index` again"
@@ -343,6 +344,8 @@ class Collection:
         try:
             return search_snapshot(snap, queries, k, method, score_fn, bias,
                                    lambda: self._faiss_for(snap), allowed)  # fmt: skip
+        except DamagedIndex:
+            raise
         except ValueError as e:
             raise CollectionError(str(e)) from e
 

@@ -8,10 +8,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from vsekit.index.checksums import backfill, bad_rows, forget_from, read_sums
+from vsekit.index.checksums import (
+    backfill,
+    bad_rows,
+    forget_from,
+    read_sums,
+    restart,
+    sums_valid,
+)
 from vsekit.index.files import drop_caches
 from vsekit.index.rows import emb_path, open_rows, row_bytes
-from vsekit.index.schema import ALL_ROWS, CollectionError, set_meta
+from vsekit.index.schema import ALL_ROWS, CollectionError, DamagedIndex, set_meta
 
 SCAN_AT_OPEN = 1 << 30  # bytes of rows read through at each open for damage
 
@@ -53,7 +60,7 @@ class Integrity:
             used = np.asarray([r for (r,) in self._query(self._all_rows())], np.int64)
             bad = self.damaged_rows(gen, n_rows, used[used < n_rows])
             if len(bad):
-                raise CollectionError(
+                raise DamagedIndex(
                     f"{f}: {len(bad)} embeddings changed since they were written (the file "
                     f"is damaged); {repair}"
                 )
@@ -71,7 +78,7 @@ class Integrity:
         """The rows among ``rows`` of ``emb-<gen>`` (``n_rows`` committed) whose bytes no
         longer match their checksum (rows from before checksums: not finite, or not of
         unit norm in an index of unit rows)."""
-        crc, known = read_sums(db if db is not None else self.db, n_rows)
+        crc, known = read_sums(db if db is not None else self.db, n_rows, gen)
         emb = open_rows(emb_path(self.path, gen, self.storage), n_rows, self.dim, self.storage)
         unit = self.similarity == "cosine"
         return bad_rows(emb, rows, crc, known, unit, self.storage)
@@ -82,7 +89,10 @@ class Integrity:
         The caller holds :meth:`writer` as ``w``; returns how many rows got one."""
         meta = dict(w.execute("SELECT key, value FROM meta").fetchall())
         gen, n_rows = int(meta["generation"]), int(meta["rows"])
-        crc, known = read_sums(w, n_rows)
+        if not sums_valid(w, gen):  # none yet, or another generation's: start over
+            with w:
+                restart(w, gen)
+        crc, known = read_sums(w, n_rows, gen)
         used = np.asarray([r for (r,) in w.execute(ALL_ROWS)], np.int64)
         used = used[used < n_rows]
         if not len(used) or known[used].all():
@@ -92,7 +102,7 @@ class Integrity:
         unit = self.similarity == "cosine"
         legacy = used[~known[used]]
         if len(bad_rows(emb, legacy, crc, known, unit, self.storage)):
-            raise CollectionError(f"{f}: embeddings are damaged; {self._repair_hint()}")
+            raise DamagedIndex(f"{f}: embeddings are damaged; {self._repair_hint()}")
         with w:
             return backfill(w, emb, legacy, known)
 

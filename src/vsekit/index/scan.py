@@ -12,7 +12,7 @@ import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from vsekit.fsio import NS_MAX, NS_MIN, clamp_ns  # noqa: F401  (re-exported)
+from vsekit.fsio import stored_ns
 from vsekit.media.images import IMAGE_SUFFIXES, UNREADABLE
 from vsekit.media.video import INSTALL_HINT, VIDEO_SUFFIXES, is_video, video_support
 
@@ -116,7 +116,7 @@ def scan_media(
             if os.path.islink(p) and not inside(os.path.realpath(p), real_root):
                 skipped.append((printable(p), "symbolic link to a file outside the folder"))
                 continue
-            yield p, st.st_size, clamp_ns(st.st_mtime_ns)
+            yield p, st.st_size, stored_ns(st.st_mtime_ns)
     for extra, n in sorted(needs.items()):  # once per run: what would read them
         kind = "HEIC/HEIF photos" if extra == "heic" else "camera RAW files"
         skipped.append((f"{n} {kind} under {printable(str(root))}",

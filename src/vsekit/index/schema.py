@@ -53,6 +53,10 @@ class CollectionError(ValueError):
     """An index could not be opened or does not fit the model; names the path."""
 
 
+class DamagedIndex(CollectionError):
+    """Stored embeddings changed since they were written; ``--repair`` is the fix."""
+
+
 #: how SQL binds a file path: its bytes as TEXT (see :func:`path_param`)
 PATH = "CAST(? AS TEXT)"
 

@@ -19,7 +19,7 @@ import numpy as np
 from vsekit.index.checksums import bad_rows, read_sums
 from vsekit.index.rows import emb_path, for_scattered_reads, open_rows
 from vsekit.index.scan import printable
-from vsekit.index.schema import CollectionError
+from vsekit.index.schema import DamagedIndex
 from vsekit.topk import dot_scores
 
 
@@ -79,7 +79,7 @@ class Snapshot:
     unit_rows: bool = False
 
     def verify(self, rows) -> None:
-        """CollectionError (naming the files and ``--repair``) if any of ``rows`` changed
+        """DamagedIndex (naming the files and ``--repair``) if any of ``rows`` changed
         since it was written: every row a result is read from is checked."""
         rows = np.asarray(rows, np.int64).reshape(-1)
         if not len(self.crc_known) or not len(rows):
@@ -88,7 +88,7 @@ class Snapshot:
         if len(bad):
             names = ", ".join(printable(self.paths[int(self.row_to_pos[r])]) for r in bad[:3])
             index = self.emb_file.parent if self.emb_file is not None else "INDEX"
-            raise CollectionError(
+            raise DamagedIndex(
                 f"{self.emb_file}: the embeddings of {names} changed since they were "
                 f"written (the file is damaged); run `vse index FOLDER --index {index} "
                 "--repair` to re-embed them"
@@ -162,6 +162,7 @@ class Snapshot:
         rows = self.segment_rows.get(pos)
         if rows is None or hit.start is not None:
             return hit
+        self.verify(rows)
         emb = np.asarray(self.emb[rows])
         score = score_fn or dot_scores
         s = np.asarray(score(emb, query[None])).reshape(-1)
@@ -232,7 +233,7 @@ def read_snapshot(db: sqlite3.Connection, index: Path, dim: int) -> Snapshot:
             emb = open_rows(f, n_rows, dim, storage)
         else:
             emb = np.zeros((0, dim), np.float32)
-        crc, crc_known = read_sums(db, n_rows)
+        crc, crc_known = read_sums(db, n_rows, gen)
         version = db.execute("PRAGMA data_version").fetchone()[0]
     finally:
         db.execute("COMMIT")

@@ -53,6 +53,7 @@ from vsekit.index.schema import (
     INDEX_VERSION,
     SCHEMA,
     CollectionError,
+    DamagedIndex,
     check_model,
     decode_text,
     set_meta,
@@ -343,12 +344,12 @@ class IndexStore(Integrity):
         old = emb_path(self.path, gen, self.storage)
         keep = np.asarray([r for _, _, r in live], np.int64)
         if len(self.damaged_rows(gen, n_rows, keep, db=w)):  # never carry damage forward
-            raise CollectionError(f"{old}: embeddings are damaged; {self._repair_hint()}")
+            raise DamagedIndex(f"{old}: embeddings are damaged; {self._repair_hint()}")
         new_file = self.rows_file(gen + 1)
         written = copy_rows(old, n_rows, self.dim, self.storage, keep.tolist(), new_file)
         crcs = [encoded_crcs(b, new_file.row_bytes) for b in written]
         with w:
-            record_blocks(w, np.concatenate(crcs) if crcs else np.zeros(0, np.uint32))
+            record_blocks(w, np.concatenate(crcs) if crcs else np.zeros(0, np.uint32), gen + 1)
             new_rows = [(t, j, i) for j, (t, i, _) in enumerate(live)]
             w.executemany(
                 "UPDATE files SET row = ? WHERE id = ?",

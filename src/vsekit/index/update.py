@@ -330,7 +330,9 @@ def commit_batch(
             w.execute(f"DELETE FROM failed WHERE path = {PATH}", (path_param(p),))
             put_meta(w, file_id, metas[j])
             if phashes is not None:
-                w.execute("UPDATE photo_meta SET phash = ? WHERE file_id = ?", (phashes[j], file_id))
+                w.execute(
+                    "UPDATE photo_meta SET phash = ? WHERE file_id = ?", (phashes[j], file_id)
+                )
         for p, size, mtime, err in errors:
             if p in known:  # it changed and cannot be read: its old row must not stay
                 file_id = known[p][0]

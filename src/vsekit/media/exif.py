@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from PIL import Image
 
-from vsekit.fsio import NS_MAX, NS_MIN, open_no_wait
+from vsekit.fsio import open_no_wait, stored_ns
 
 EXIF_IFD, GPS_IFD = 0x8769, 0x8825
 DATETIME_ORIGINAL, DATETIME_DIGITIZED, DATETIME = 36867, 36868, 306
@@ -69,9 +69,7 @@ def _degrees(v, ref) -> float | None:
 
 def mtime_text(mtime_ns: int) -> str | None:
     """A modification time as local ISO text; None where it is not a date (past year
-    9999, or SQLite's clamped stand-in for a time past 2262)."""
-    if mtime_ns in (NS_MIN, NS_MAX):
-        return None
+    9999)."""
     try:
         return dt.datetime.fromtimestamp(mtime_ns / 1e9).replace(microsecond=0).isoformat()
     except (OverflowError, ValueError, OSError):
@@ -80,29 +78,34 @@ def mtime_text(mtime_ns: int) -> str | None:
 
 def read_meta(path: str | os.PathLike, mtime_ns: int) -> PhotoMeta:
     """The photo's EXIF date, camera and GPS position, and its content's sha256; the
-    file's ``mtime_ns`` as its date when it has none (or cannot be read as an image: a
-    video, say)."""
+    file's modification time as its date when it has none (or cannot be read as an
+    image: a video, say). ``mtime_ns``: the time the index recorded for the file (as
+    :func:`vsekit.fsio.stored_ns` gives it); when the file's own time is no longer that
+    (it changed since it was scanned), no sha256 is recorded, so that a content hash
+    never stands for content other than the embedded one."""
     try:  # never a blocking open: a FIFO swapped in for a photo is not read
         fd, st = open_no_wait(path)
     except OSError:
         return PhotoMeta(mtime_text(mtime_ns), "mtime")
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        return PhotoMeta(mtime_text(mtime_ns), "mtime")
+        return PhotoMeta(mtime_text(st.st_mtime_ns), "mtime")
     os.set_blocking(fd, True)
+    same = stored_ns(st.st_mtime_ns) == mtime_ns
     with os.fdopen(fd, "rb") as fh:
         try:
-            sha = hashlib.file_digest(fh, "sha256").hexdigest()
+            sha = hashlib.file_digest(fh, "sha256").hexdigest() if same else None
             fh.seek(0)
             with Image.open(fh) as im:
-                return _from_exif(im.getexif(), mtime_ns, sha)
+                return _from_exif(im.getexif(), st.st_mtime_ns, sha)
         # a malformed header of any kind (Pillow's parser raises struct.error, TypeError,
         # IndexError, ... besides OSError) costs the file its EXIF fields, nothing more
         except Exception:  # noqa: BLE001
-            return PhotoMeta(mtime_text(mtime_ns), "mtime", sha256=locals().get("sha"))
+            sha = locals().get("sha")
+            return PhotoMeta(mtime_text(st.st_mtime_ns), "mtime", sha256=sha)
 
 
-def _from_exif(exif, mtime_ns: int, sha: str) -> PhotoMeta:
+def _from_exif(exif, mtime_ns: int, sha: str | None) -> PhotoMeta:
     sub = exif.get_ifd(EXIF_IFD)
     gps = exif.get_ifd(GPS_IFD)
     taken = next((t for t in (_exif_time(sub.get(DATETIME_ORIGINAL)),

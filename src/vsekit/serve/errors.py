@@ -8,6 +8,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from vsekit.index.schema import DamagedIndex
+
 
 class ApiError(Exception):
     """A request the service refuses: its status and a one-line message."""
@@ -33,6 +35,10 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:
         return JSONResponse({"error": str(e.detail)}, status_code=e.status_code,
                             headers=getattr(e, "headers", None))  # fmt: skip
+
+    @app.exception_handler(DamagedIndex)
+    async def _damaged(_: Request, e: DamagedIndex) -> JSONResponse:  # --repair is the fix
+        return JSONResponse({"error": " ".join(str(e).split())}, status_code=503)
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, e: Exception) -> JSONResponse:  # a bug: still JSON

@@ -14,6 +14,7 @@ from PIL import Image
 
 from vsekit.index.collection import Collection, FileChanged, FileNotIndexed, Hit
 from vsekit.index.scan import printable
+from vsekit.index.schema import DamagedIndex
 from vsekit.media.images import ImageError, ImageTooLarge, load_image
 from vsekit.runtime import BaseModel
 from vsekit.serve.errors import ApiError
@@ -113,6 +114,8 @@ class Service:
         try:
             with self.lock:
                 return fn(self.coll, self.model, *args, method=self.method, **kw)
+        except DamagedIndex as e:  # the index's fault, not the request's
+            raise ApiError(503, str(e)) from e
         except ValueError as e:
             raise ApiError(400, str(e)) from e
 

@@ -15,6 +15,7 @@ from vsekit.index.query import (
     search_text_embedding,
     search_vector,
 )
+from vsekit.index.schema import DamagedIndex
 from vsekit.serve.errors import ApiError
 from vsekit.serve.state import Service, hit_json, service
 
@@ -61,6 +62,8 @@ def search(
         q = check_query(q)
         emb, _ = embed_query(svc.model, q, svc.embedding_of, allow_paths=False)
         filters = Filters.parse(after, before, camera, near)
+    except DamagedIndex as e:  # a damaged stored row (#ID): the index's fault
+        raise ApiError(503, str(e)) from e
     except ValueError as e:
         raise ApiError(400, str(e)) from e
     found = svc.hits(search_text_embedding, emb, k, filters=filters, stack=stack)
@@ -82,6 +85,8 @@ def search_image(
     filters keep; ``stack`` as for ``GET /search`` (no relevance cue)."""
     try:
         filters = Filters.parse(after, before, camera, near)
+    except DamagedIndex as e:  # a damaged stored row (#ID): the index's fault
+        raise ApiError(503, str(e)) from e
     except ValueError as e:
         raise ApiError(400, str(e)) from e
     im = svc.read_upload(file)

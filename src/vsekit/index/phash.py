@@ -80,33 +80,31 @@ def backfill_hashes(
     """Hash the indexed files that have metadata but no ``phash`` yet (an index made
     before hashes were kept), decoding each with ``load``; in blocks, each committed. A
     video or a file that cannot be decoded gets ``""``. Returns how many were hashed."""
-    from vsekit.media.images import ImageError
-    from vsekit.media.video import is_video
+    from vsekit.progress import progress_bar
 
     todo = w.execute(
         "SELECT f.id, f.path FROM files f JOIN photo_meta m ON m.file_id = f.id "
         "WHERE m.phash IS NULL"
     ).fetchall()
-    bar = None
-    if progress and todo:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(todo), desc="perceptual hashes", unit="file")
-    for a in range(0, len(todo), block):
-        part = todo[a : a + block]
-        out = []
-        for i, p in part:
-            h = ""
-            if not is_video(p):
-                try:
-                    h = image_hash(load(p))
-                except (ImageError, OSError):
-                    h = ""
-            out.append((h, i))
-        with w:
-            w.executemany("UPDATE photo_meta SET phash = ? WHERE file_id = ?", out)
-        if bar is not None:
+    with progress_bar(len(todo), "perceptual hashes", "file", show=progress and bool(todo)) as bar:
+        for a in range(0, len(todo), block):
+            part = todo[a : a + block]
+            out = [(_hash_or_blank(p, load), i) for i, p in part]
+            with w:
+                w.executemany("UPDATE photo_meta SET phash = ? WHERE file_id = ?", out)
             bar.update(len(part))
-    if bar is not None:
-        bar.close()
     return len(todo)
+
+
+def _hash_or_blank(path: str, load: Callable[[str], Image.Image]) -> str:
+    """The hash of the photo at ``path``; ``""`` for a video or a file that cannot be
+    decoded."""
+    from vsekit.media.images import ImageError
+    from vsekit.media.video import is_video
+
+    if is_video(path):
+        return ""
+    try:
+        return image_hash(load(path))
+    except (ImageError, OSError):
+        return ""

@@ -238,6 +238,11 @@ def test_text_hits_carry_the_cue_image_hits_do_not(bundle_and_index):
             for h in hits]  # fmt: skip
     assert [h.cue for h in hits] == want and set(want) == {"strong", "weak", "none"}
     assert all(h.cue is None for h in search_image(coll, model, photos / "p2.png", k=3))
+    # a query of photo terms alone is no sentence: no cue; one with a sentence has one
+    pid = ids_by_name(coll)["p2.png"]
+    assert all(h.cue is None for h in search_text(coll, model, f"#{pid}", k=3))
+    mixed = search_text(coll, model, f'"a red car" + 0.5:#{pid}', k=3)
+    assert all(h.cue is not None for h in mixed)
 
 
 # ------------------------------------------------------------------ CLI
@@ -289,6 +294,8 @@ def test_http_results_stack_with_cues_and_copies(bundle_and_index):
     head = next(r for r in res if r["copies"])
     assert all(c["score"] <= head["score"] for c in head["copies"])  # the best one shows
     copy = head["copies"][0]
+    by_photo = client.get("/search", params={"q": f"#{copy['id']}", "k": 3}).json()
+    assert [r["cue"] for r in by_photo["results"]] == [None] * 3  # photo terms alone
     assert copy["thumb"] == f"/thumbs/{copy['id']}" and "score" in copy
     flat = client.get("/search", params={"q": "a red car", "k": 10}).json()  # the default
     assert len(flat["results"]) == 10 and all(r["copies"] == [] for r in flat["results"])

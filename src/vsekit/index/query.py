@@ -102,7 +102,14 @@ def search_text(
     """Photos for a text query, with the query algebra (:func:`embed_query`), among
     those ``filters`` keep."""
     emb, _ = embed_query(model, text, coll.embedding_of)
-    return search_text_embedding(coll, model, emb, k, method, filters, stack)
+    cue = has_text(text)
+    return search_text_embedding(coll, model, emb, k, method, filters, stack, cue)
+
+
+def has_text(query: str, allow_paths: bool = True) -> bool:
+    """Whether a query has a sentence among its terms: the relevance cue is calibrated on
+    sentences, so a query of photos alone (``#12``, ``./a.jpg``) gets none."""
+    return any(t.text is not None for t in parse_query(check_query(query), allow_paths))
 
 
 def _ranked(snap: Snapshot, k: int, stack: bool, search) -> list[Hit]:
@@ -122,19 +129,21 @@ def search_text_embedding(
     method: str = "auto",
     filters: Filters | None = None,
     stack: bool = False,
+    cue: bool = True,
 ) -> list[Hit]:
     """Images best matching an already-embedded text query ``q`` ([D] or [1, D]), scored
     with the model's own similarity (the service embeds outside its collection lock),
     less each image's CSLS penalty when the model has hubness reduction. One snapshot
     serves the whole query, so a writer's commit cannot put the two out of step. Each
     hit carries the relevance cue of its score when the model ships a calibration
-    (:mod:`vsekit.runtime.relevance`); ``stack`` folds copies of a photo into one hit."""
+    (:mod:`vsekit.runtime.relevance`) unless ``cue`` is False (a query of photo terms
+    only: see :func:`has_text`); ``stack`` folds copies of a photo into one hit."""
     snap = coll.snapshot
     bias = text_query_bias(coll, model, snap)
     q = np.atleast_2d(q)
     hits = _ranked(snap, k, stack, lambda n: coll.search(
         q, n, method, _score_fn(model), bias, snap, filters)[0])  # fmt: skip
-    rel = model_relevance(model)
+    rel = model_relevance(model) if cue else None
     if rel is None:
         return hits
     return [replace(h, cue=rel.cue(h.score),

@@ -12,6 +12,7 @@ from vsekit.index.query import (
     MAX_QUERY_CHARS,
     check_query,
     embed_query,
+    has_text,
     search_text_embedding,
     search_vector,
 )
@@ -54,7 +55,8 @@ def search(
     ``2:"golden retriever"``, ``#ID`` for an indexed photo. Filters from EXIF:
     ``after``/``before`` (2019, 2019-06, 2019-06-15), ``camera``, ``near`` (LAT,LON,KM).
     Each result has its raw ``score`` and a relevance ``cue`` (``strong``, ``weak`` or
-    ``none``, calibrated on held-out captions; null if the model has no calibration).
+    ``none``, calibrated on held-out captions; null if the model has no calibration or
+    the query has no sentence, only photo terms).
     ``stack=true`` (what the page asks): copies of one photo (same content or
     near-duplicates) are one result, the others listed in its ``copies`` (each a result
     of its own); by default every file is its own result and ``copies`` is empty."""
@@ -66,7 +68,8 @@ def search(
         raise ApiError(503, str(e)) from e
     except ValueError as e:
         raise ApiError(400, str(e)) from e
-    found = svc.hits(search_text_embedding, emb, k, filters=filters, stack=stack)
+    cue = has_text(q, allow_paths=False)  # photo terms alone (#ID) get no cue
+    found = svc.hits(search_text_embedding, emb, k, filters=filters, stack=stack, cue=cue)
     return {"query": q, "results": [hit_json(h, svc.roots_for_display()) for h in found]}
 
 

@@ -391,3 +391,50 @@ def test_service_move(dup_index, client_for, tmp_path):
     assert done["applied"] and done["moved"] == 3 and done["undo_file"].startswith(str(out))
     assert len(_files(photos)) == len(before) - 3
     assert client.get("/duplicates", headers=auth).json()["groups"] == []
+
+
+def test_real_photos_hash_their_copies_close_and_each_other_far(flickr8k_root, tmp_path):
+    """A small real-data slice: 16 Flickr8k photos, their half-size and JPEG quality-30
+    copies (decoded from files, as `vse index` decodes them) are within the copy
+    distance; the photos themselves are not."""
+    import io
+
+    paths = sorted((flickr8k_root / "images").glob("*.jpg"))[:16]
+    hashes, copies = [], []
+    for p in paths:
+        im = Image.open(p).convert("RGB")
+        hashes.append(image_hash(load_image(p)))
+        for f in (lambda x: x.resize((x.width // 2, x.height // 2), Image.LANCZOS), lambda x: x):
+            buf = io.BytesIO()
+            f(im).save(buf, "JPEG", quality=30)
+            buf.seek(0)
+            copies.append(image_hash(load_image(buf)))
+    d = hash_distances(hashes, copies)
+    own = np.repeat(np.arange(len(paths)), 2)
+    assert (d[own, np.arange(len(copies))] <= HASH_DISTANCE).all()
+    between = hash_distances(hashes, hashes)[np.triu_indices(len(paths), 1)]
+    assert between.min() > HASH_DISTANCE
+
+
+def test_undo_never_overwrites_and_a_busy_index_moves_nothing(dup_index, tmp_path):
+    from vsekit.fsio import exclusive_lock
+    from vsekit.index.dedupe import apply_plan, plan_moves, undo
+    from vsekit.index.files import LOCK_NAME
+    from vsekit.index.schema import CollectionError
+
+    photos, out = tmp_path / "photos", tmp_path / "out"
+    out.mkdir()
+    before = _files(photos)
+    snap = dup_index.snapshot
+    plan = plan_moves(snap, find_duplicates(snap), "best", out, dup_index.roots())
+    busy = exclusive_lock(dup_index.path / LOCK_NAME)  # another writer holds the index
+    with busy, pytest.raises(CollectionError, match="another process"):
+        apply_plan(plan, dup_index, wait=False)
+    assert _files(photos) == before and _files(out) == set()
+    apply_plan(plan, dup_index)
+    src, dst = next((s, d) for g in plan.groups for _, s, d in g.moves)
+    Path(src).write_bytes(b"a new file where the moved one was")
+    rep = undo(plan.undo_file)
+    assert rep.restored == 2 and [o for o, _ in rep.skipped] == [src]
+    assert Path(src).read_bytes() == b"a new file where the moved one was"
+    assert Path(dst).is_file()  # the moved file is still where it was moved to

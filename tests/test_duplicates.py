@@ -438,3 +438,29 @@ def test_undo_never_overwrites_and_a_busy_index_moves_nothing(dup_index, tmp_pat
     assert rep.restored == 2 and [o for o, _ in rep.skipped] == [src]
     assert Path(src).read_bytes() == b"a new file where the moved one was"
     assert Path(dst).is_file()  # the moved file is still where it was moved to
+
+
+def test_move_across_file_systems_copies_then_removes(tmp_path, monkeypatch):
+    """Where a hard link cannot be made (another file system), the file is copied with
+    its times, then removed; an existing destination is never overwritten."""
+    import errno
+    import os
+
+    from vsekit.index.dedupe import move_no_overwrite
+
+    def no_link(*a, **k):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    src = tmp_path / "a" / "p.jpg"
+    src.parent.mkdir()
+    src.write_bytes(b"photo")
+    os.utime(src, ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))
+    monkeypatch.setattr(os, "link", no_link)
+    dst = tmp_path / "out" / "a" / "p.jpg"
+    move_no_overwrite(str(src), str(dst))
+    assert not src.exists() and dst.read_bytes() == b"photo"
+    assert dst.stat().st_mtime_ns == 1_600_000_000_000_000_000
+    src.write_bytes(b"another")
+    with pytest.raises(FileExistsError):
+        move_no_overwrite(str(src), str(dst))
+    assert src.read_bytes() == b"another" and dst.read_bytes() == b"photo"

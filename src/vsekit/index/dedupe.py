@@ -215,10 +215,14 @@ def move_no_overwrite(src: str, dst: str) -> None:
         if e.errno not in (errno.EXDEV, errno.EPERM, errno.ENOTSUP, errno.EMLINK):
             raise
         with open(src, "rb") as fi, open(dst, "xb") as fo:
-            shutil.copyfileobj(fi, fo, 1 << 20)
-            fo.flush()
-            os.fsync(fo.fileno())
-        shutil.copystat(src, dst)
+            try:
+                shutil.copyfileobj(fi, fo, 1 << 20)
+                fo.flush()
+                os.fsync(fo.fileno())
+                shutil.copystat(src, dst)
+            except BaseException:  # a partial copy is not left behind
+                os.unlink(dst)
+                raise
     os.unlink(src)
 
 
@@ -268,13 +272,14 @@ def _apply_locked(plan: Plan, store) -> Plan:
     with fh:
         fh.write(_undo_header())
         for g in plan.groups:
+            done = []
             for file_id, src, dst in g.moves:
                 pos = snap.id_to_pos.get(file_id)
                 if pos is None or snap.paths[pos] != src:
                     plan.failed.append((src, "no longer indexed"))
                     continue
                 try:
-                    st = os.lstat(src)
+                    st = os.stat(src)
                 except OSError:
                     plan.failed.append((src, "no longer on disk"))
                     continue
@@ -292,6 +297,8 @@ def _apply_locked(plan: Plan, store) -> Plan:
                     plan.failed.append((src, e.strerror or str(e)))
                     continue
                 moved_ids.append(file_id)
+                done.append((file_id, src, dst))  # where it went (a name taken since: another)
+            g.moves = done
     w = store._writer_db()
     with w:
         for table, key in (("segments", "file_id"), ("photo_meta", "file_id"), ("files", "id")):

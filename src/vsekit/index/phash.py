@@ -1,13 +1,14 @@
 """Perceptual hashes of photos: the first stage of duplicate detection.
 
-A photo's hash is computed by ``vse index`` from the pixels it decodes for the model
-(no second read) and kept in the ``photo_meta`` table's ``phash`` column: 16 hex digits,
-the 64-bit DCT hash of :func:`imagehash.phash` (the sign of the lowest 8x8 frequencies
-of the 32x32 grey image against their median). Copies of a photo, resized,
-re-encoded or slightly cropped, land a few bits apart; different photos about half of
-the 64 (see ``benchmarks/duplicates.json``). ``""`` marks a file without a hash (a
-video, or a file that could not be decoded when it was backfilled): not tried again
-until it changes.
+A photo's hash is computed by ``vse index`` from the pixels it decodes for the model (no
+second read; about 5 ms for a photo decoded at 683x512, against about 100 ms for its
+embedding, both on a shared two-core machine) and kept in the ``photo_meta`` table's
+``phash`` column: 16 hex digits, the 64-bit DCT hash of :func:`imagehash.phash` (the
+sign of the lowest 8x8 frequencies of the 32x32 grey image against their median).
+Resized, re-encoded or colour-edited copies of a photo land a few bits apart, 90% crops
+about 10, different photos about half of the 64 (``benchmarks/duplicates.json``). ``""``
+marks a file without a hash (a video, or a file that could not be decoded when it was
+backfilled): not tried again until it changes.
 """
 
 from __future__ import annotations

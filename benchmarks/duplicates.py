@@ -378,6 +378,8 @@ def main() -> None:
             "the seconds are not a speed figure",
             "seconds": round(time.perf_counter() - t0, 1),
             "model": model.info.get("name", "default"),
+            "model_fingerprint": model.fingerprint,
+            "model_backend": type(model).__name__,
             "hash": HASH_KIND,
             "copies": list(COPIES),
             "target_kinds": list(TARGET_KINDS),

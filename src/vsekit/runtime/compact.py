@@ -96,9 +96,16 @@ def encode(emb: np.ndarray, dims: int = DIMS, head: int = HEAD) -> dict[str, np.
 
 
 def decode_z(arrays) -> np.ndarray:
-    """``[N, d]`` float16 coordinates from the stored ``head``, ``tail`` and ``scale``."""
-    tail = arrays["tail"].astype(np.float32) * arrays["scale"].astype(np.float32)[:, None]
-    return np.concatenate([arrays["head"], tail.astype(np.float16)], axis=1)
+    """``[N, d]`` float16 coordinates from the stored ``head``, ``tail`` and ``scale``
+    (in blocks of rows: no float32 copy of the whole pool)."""
+    head, tail, scale = arrays["head"], arrays["tail"], arrays["scale"]
+    h = head.shape[1]
+    out = np.empty((len(head), h + tail.shape[1]), np.float16)
+    out[:, :h] = head
+    for a in range(0, len(tail), 4096):
+        b = a + 4096
+        out[a:b, h:] = tail[a:b].astype(np.float32) * scale[a:b, None].astype(np.float32)
+    return out
 
 
 def write_compact(

@@ -28,7 +28,7 @@ per kind of copy on ``--dev-copies`` of them (seeded sample), with both stages a
 Copies and embeddings are cached under ``~/.cache/vsekit/duplicates-bench`` (the
 embeddings by the model's fingerprint), so a rerun only recounts.
 
-Run: python benchmarks/duplicates.py [--dev-copies 250]
+Run: python benchmarks/duplicates.py [--dev-copies 250] [--precision fp32]
 """
 
 from __future__ import annotations
@@ -352,9 +352,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dev-copies", type=int, default=250, help="dev photos given copies")
     ap.add_argument("--train-copies", type=int, default=250, help="train-slice photos given copies")
+    ap.add_argument(
+        "--precision",
+        default=None,
+        help="the image encoder's precision (default: the model's default on this CPU); "
+        "another than the default writes duplicates_<precision>.json",
+    )
     args = ap.parse_args()
     t0 = time.perf_counter()
-    model = vsekit.load_model()
+    model = vsekit.load_model(precision=args.precision)
     ds = load_dataset(FLICKR8K)
     slice_ = ds.carve("train", 500, "train-val", 0).split("train-val")
     sets = {}
@@ -370,8 +376,9 @@ def main() -> None:
         print(f"note: the code's thresholds {IN_CODE} differ from the chosen {t}")
     groups = originals_groups(sets["dev"], IN_CODE)
     old = report(sets["dev"], FORMER)
+    suffix = f"_{args.precision}" if args.precision else ""
     out = record(
-        Path(__file__).with_suffix(".json"),
+        Path(__file__).with_name(f"duplicates{suffix}.json"),
         {
             "command": "python benchmarks/duplicates.py " + " ".join(sys.argv[1:]),
             "cpu_shared": "2 cores shared with four other processes (one a training run): "
@@ -380,6 +387,7 @@ def main() -> None:
             "model": model.info.get("name", "default"),
             "model_fingerprint": model.fingerprint,
             "model_backend": type(model).__name__,
+            "model_precision": getattr(model, "precision", None),
             "hash": HASH_KIND,
             "copies": list(COPIES),
             "target_kinds": list(TARGET_KINDS),

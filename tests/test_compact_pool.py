@@ -211,3 +211,23 @@ def test_default_annotation_and_penalties_embed_no_caption(default_models, tmp_p
     assert len(best) == 5 and all(isinstance(t, str) for t, _ in best)
     assert np.isfinite(m.image_penalty(m.encode_image([photo]))).all()
     assert not (tmp_path / "cache").exists()
+
+
+def test_first_index_and_annotate_of_the_default_compute_no_caption(tmp_path, monkeypatch, capsys):
+    """`vse index` then `vse annotate` from an empty cache with the shipped default: no
+    caption bank or pool progress (nothing is embedded), nothing cached for captions."""
+    import shutil
+
+    from vsekit.cli import main
+
+    monkeypatch.setenv("VSEKIT_CACHE", str(tmp_path / "cache"))
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for p in shipped_photos()[:2]:
+        shutil.copy2(p, photos / p.name)
+    assert main(["index", str(photos), "--index", str(tmp_path / "idx"), "--quiet"]) == 0
+    assert main(["annotate", str(photos / shipped_photos()[0].name), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert "caption" not in err, err
+    assert len(json.loads(out[out.index("{") :])["captions"]) == 5
+    assert not (tmp_path / "cache" / "captions").exists()

@@ -76,6 +76,9 @@ class Service:
         pool = self.model.caption_pool
         if pool.ready:
             return pool
+        if pool.compact is not None:  # shipped with the model: read, not computed
+            pool.prepare()
+            return pool
         with self.pool_lock:
             if self.pool_thread is None or not self.pool_thread.is_alive():
                 self.pool_error = None

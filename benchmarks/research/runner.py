@@ -141,6 +141,7 @@ def run_fair_cell(cell: fair.FairCell) -> dict:
         "git_commit": git_commit(),
         "machine": machine(),
         "train_seconds": round(seconds, 1),
+        # this runner's part only: a resumed run's earlier part is in train_seconds
         "wall_seconds": round(time.perf_counter() - t0, 1),
         "epochs_run": len(epochs),
         "best_epoch": best.get("epoch"),

@@ -74,7 +74,7 @@ def test_a_shipped_pool_is_used_without_embedding_a_caption(tmp_path, monkeypatc
     imgs = [str(p) for p in sorted(photos.iterdir())]
     monkeypatch.setenv("VSEKIT_CACHE", str(tmp_path / "cache-reference"))
     ref = vsekit.load_model(str(bundle), backend="torch")
-    ref._compact = False  # the reference: the pool computed through the text encoder
+    ref._compact_info = False  # the reference: the pool computed through the text encoder
     want = ref.annotate(imgs, k=6)  # every caption, with its exact score
     want_pen = ref.image_penalty(ref.encode_image(imgs))
     monkeypatch.setenv("VSEKIT_CACHE", str(tmp_path / "cache"))
@@ -231,3 +231,12 @@ def test_first_index_and_annotate_of_the_default_compute_no_caption(tmp_path, mo
     assert "caption" not in err, err
     assert len(json.loads(out[out.index("{") :])["captions"]) == 5
     assert not (tmp_path / "cache" / "captions").exists()
+    # a later search reads every photo's stored penalty: the compact pool is not read
+    import vsekit.runtime.base as base
+
+    def unread(*a, **kw):
+        raise AssertionError("the search read the compact caption pool")
+
+    monkeypatch.setattr(base, "read_compact", unread)
+    assert main(["search", "a cat", "--index", str(tmp_path / "idx"), "--k", "2"]) == 0
+    assert len(capsys.readouterr().out.strip().splitlines()) == 2

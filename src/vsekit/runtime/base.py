@@ -79,6 +79,7 @@ class BaseModel:
         self._hub: Hubness | bool | None = None  # False: the bundle has none
         self._compact: CompactPool | bool | None = None  # False: none that fits
         self._bank_pool = None  # the hubness caption bank's pool when it is computed
+        self._compact_info: dict | bool | None = None  # captions.emb.json; False: none fits
 
     # -- identity ------------------------------------------------------------------
     @property
@@ -274,11 +275,13 @@ class BaseModel:
         from vsekit.runtime.captions import CaptionPool
 
         texts = caption_bank_texts(self.captions, cfg.caption_stride)
-        compact = self.compact_pool
-        if compact is not None:  # the bank is every stride-th row of the shipped pool
+        meta = self._compact_meta()
+        if meta is not None:
+            # the bank is every stride-th row of the shipped pool, read when first needed
+            # (never by a search whose photos' penalties are all stored)
             rows = slice(None, None, cfg.caption_stride)
-            key = f"{len(texts)}-compact-{compact.sha256[:12]}"
-            return Hubness(cfg, bank, lambda: compact.rows(rows), key, bank_sha)
+            key = f"{len(texts)}-compact-{meta['sha256'][:12]}"
+            return Hubness(cfg, bank, lambda: self.compact_pool.rows(rows), key, bank_sha)
         pool = self._bank_pool = CaptionPool(self, texts, cache=True, name="caption bank")
         return Hubness(cfg, bank, lambda: pool.embeddings, pool.key, bank_sha)
 
@@ -293,17 +296,24 @@ class BaseModel:
                     self._compact = self._load_compact() or False
         return self._compact or None
 
-    def _load_compact(self) -> CompactPool | None:
-        if self.path is None or not self.captions or self.similarity_name != "cosine":
-            return None
-        meta = read_compact_info(self.path)
-        if meta is None:
-            return None
-        fits = (meta.get("model_fingerprint") == self.weights_fingerprint
+    def _compact_meta(self) -> dict | None:
+        """``captions.emb.json`` when the bundle ships a compact pool made for these
+        weights and captions (read, not the pool itself), else None."""
+        if self._compact_info is None:
+            meta = None
+            if self.path is not None and self.captions and self.similarity_name == "cosine":
+                meta = read_compact_info(self.path)
+            fits = meta is not None and (
+                meta.get("model_fingerprint") == self.weights_fingerprint
                 and meta.get("embed_dim") == self.embed_dim
-                and meta.get("captions_sha256") == captions_key(list(dict.fromkeys(
-                    self.captions))))  # fmt: skip
-        return read_compact(self.path, meta) if fits else None
+                and meta.get("captions_sha256") == captions_key(list(dict.fromkeys(self.captions)))
+            )
+            self._compact_info = meta if fits else False
+        return self._compact_info or None
+
+    def _load_compact(self) -> CompactPool | None:
+        meta = self._compact_meta()
+        return None if meta is None else read_compact(self.path, meta)
 
     def set_hubness(self, hubness: Hubness | None) -> None:
         """Use ``hubness`` (or none) instead of what the bundle ships."""

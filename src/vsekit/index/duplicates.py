@@ -192,6 +192,7 @@ def find_duplicates(
         # one representative per exact group: a copy is not also a near-duplicate
         reps = sorted({members[0] for members in by_sha.values()} |
                       {p for p, h in enumerate(sha) if not h})  # fmt: skip
+        snap.verify(snap.rows[reps])  # a damaged row must not join a group
         emb = np.asarray(snap.emb[snap.rows[reps]], np.float32)
         hashes = [phash[p] if hash_distance >= 0 else None for p in reps]
         candidate = CANDIDATE_DISTANCE if hash_distance >= 0 else -1

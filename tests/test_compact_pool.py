@@ -240,3 +240,34 @@ def test_first_index_and_annotate_of_the_default_compute_no_caption(tmp_path, mo
     monkeypatch.setattr(base, "read_compact", unread)
     assert main(["search", "a cat", "--index", str(tmp_path / "idx"), "--k", "2"]) == 0
     assert len(capsys.readouterr().out.strip().splitlines()) == 2
+
+
+def test_the_service_annotates_from_a_shipped_pool_at_once(tmp_path, monkeypatch):
+    """The first /annotate is a 200 (the pool is read in the request, never a 503 while
+    nothing is computed); a damaged compact file is a 500 naming it."""
+    from fastapi.testclient import TestClient
+
+    import vsekit
+    from vsekit.index import Collection, model_info
+    from vsekit.serve.app import create_app
+
+    monkeypatch.setenv("VSEKIT_CACHE", str(tmp_path / "cache"))
+    bundle, photos, _ = _compact_bundle(tmp_path)
+
+    def client():
+        m = vsekit.load_model(str(bundle), backend="torch")
+        m.encode_text = Counting(m)
+        coll = Collection(tmp_path / "idx", model_info(m, "tiny"))
+        coll.update(photos, m.encode_image, progress=False)
+        return TestClient(create_app(coll, m), base_url="http://127.0.0.1"), m
+
+    c, m = client()
+    r = c.get("/annotate/1")
+    assert r.status_code == 200 and len(r.json()["captions"]) == 5, r.text
+    assert m.encode_text.count == 0
+    npz = bundle / COMPACT_FILE
+    data = npz.read_bytes()
+    npz.write_bytes(data[:100] + bytes([data[100] ^ 1]) + data[101:])
+    c, _ = client()
+    r = c.get("/annotate/1")
+    assert r.status_code == 500 and COMPACT_FILE in r.json()["error"], r.text

@@ -12,6 +12,7 @@ from pathlib import Path
 from fastapi import Request, UploadFile
 from PIL import Image
 
+from vsekit.bundle import ModelError
 from vsekit.index.collection import Collection, FileChanged, FileNotIndexed, Hit
 from vsekit.index.scan import printable
 from vsekit.index.schema import DamagedIndex
@@ -76,9 +77,12 @@ class Service:
         pool = self.model.caption_pool
         if pool.ready:
             return pool
-        if pool.compact is not None:  # shipped with the model: read, not computed
-            pool.prepare()
-            return pool
+        try:
+            if pool.compact is not None:  # shipped with the model: read, not computed
+                pool.prepare()
+                return pool
+        except ModelError as e:  # a damaged installation: say which file
+            raise ApiError(500, f"caption pool: {e}") from e
         with self.pool_lock:
             if self.pool_thread is None or not self.pool_thread.is_alive():
                 self.pool_error = None

@@ -352,21 +352,22 @@ def test_default_model_finds_the_described_photos(flickr8k_root):
 
 
 def test_default_model_is_small():
-    """The bundle in git stays small: its float16 weights (a GRU and three MiniLM members,
-    26 MB; each re-export adds that to the history), the 2 MB int8 image bank of its
-    hubness reduction and the 5 MB vocabulary expansion. With the ONNX encoders the build
-    writes (both precisions of both graphs: 4 files, not in git) the bundle stays under
-    210 MB deflated as a wheel stores it. That is over PyPI's default 100 MB a file: a
-    release there needs its limit raised, or the fp32 graphs left to be written on the
-    user's machine."""
+    """The bundle in git stays within its 80 MB budget: its float16 weights (a GRU and
+    three MiniLM members, 26 MB; each re-export adds that to the history), the compact
+    caption pool (33 MB: annotation without embedding 29,837 captions on a first run),
+    the 5 MB vocabulary expansion, the 4 MB ImageNet head and the small files. With the
+    ONNX encoders the build writes (both precisions of both graphs: 4 files, not in git)
+    the bundle stays under 240 MB deflated as a wheel stores it. That is over PyPI's
+    default 100 MB a file: a release there needs its limit raised, or the fp32 graphs
+    left to be written on the user's machine."""
     import zlib
 
     from vsekit.bundle import default_model_dir
 
     files = list(default_model_dir().iterdir())
     tracked = [f for f in files if f.suffix != ".onnx" and f.name != "onnx.json"]
-    assert sum(f.stat().st_size for f in tracked) <= 36 * 1024 * 1024
-    assert sum(len(zlib.compress(f.read_bytes(), 6)) for f in files) <= 210_000_000
+    assert sum(f.stat().st_size for f in tracked) <= 80 * 1024 * 1024
+    assert sum(len(zlib.compress(f.read_bytes(), 6)) for f in files) <= 240_000_000
 
 
 def test_cli_index_search_annotate(tmp_path, capsys):

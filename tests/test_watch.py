@@ -96,15 +96,21 @@ def test_a_copy_in_progress_is_indexed_once_it_is_still(tmp_path):
     assert len(calls) == 1
 
 
+def _vse_script(tmp_path: Path) -> Path:
+    """A `vse` entry point that registers the tiny test backbone first."""
+    script = tmp_path / "vse.py"
+    script.write_text(f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+                      "import tests.conftest  # the tiny backbone\n"
+                      "from vsekit.cli import main\nsys.exit(main())\n")  # fmt: skip
+    return script
+
+
 def test_cli_watch_runs_until_sigterm_and_leaves_a_consistent_index(tmp_path):
     bundle = make_tiny_model().save(tmp_path / "m")
     photos = tmp_path / "photos"
     write_image(photos / "a.png", seed=1)
     idx = tmp_path / "idx"
-    script = tmp_path / "vse.py"
-    script.write_text(f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
-                      "import tests.conftest  # the tiny backbone\n"
-                      "from vsekit.cli import main\nsys.exit(main())\n")  # fmt: skip
+    script = _vse_script(tmp_path)
     proc = subprocess.Popen(
         [sys.executable, str(script), "index", str(photos), "--index", str(idx), "--model",
          str(bundle), "--watch", "--interval", "0.2", "--quiet"],
@@ -192,10 +198,7 @@ def test_cli_watch_stops_cleanly_on_sigterm_during_its_first_pass(tmp_path):
     for i in range(1500):
         write_image(photos / f"{i:04d}.png", seed=i, size=8)
     idx = tmp_path / "idx"
-    script = tmp_path / "vse.py"
-    script.write_text(f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
-                      "import tests.conftest  # the tiny backbone\n"
-                      "from vsekit.cli import main\nsys.exit(main())\n")  # fmt: skip
+    script = _vse_script(tmp_path)
     proc = subprocess.Popen(
         [sys.executable, str(script), "index", str(photos), "--index", str(idx), "--model",
          str(bundle), "--watch", "--interval", "0.2", "--quiet", "--batch-size", "1",

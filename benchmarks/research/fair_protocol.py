@@ -60,7 +60,7 @@ Then the chosen recipe runs with seeds 1 and 2 (and 3, 4 for MOE: the instabilit
 counts over five). Claims compare rows seed by seed, with the first protocol's declared
 test (``protocol.py``).
 
-**Order.** Only a part of the grid finishes per session, so the most informative cells
+**Order.** The grid takes days on two cores and runs in parts, so the most informative cells
 come first: the searches of FNE-SH, FC7-SH and FNEF-SH side by side (whether the FNE loses
 once tuned, and whether the ternarisation is what costs it), each stage's middle learning
 rate first, then their seeds, then the other pipelines in Table 2's order, each row's

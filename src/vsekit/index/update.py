@@ -111,9 +111,9 @@ def update(
         outside_gone = [p for p in known if not p.startswith(prefix) and not os.path.exists(p)]
         moves = match_moves(gone + outside_gone, new, known)
         # renamed under another name (or copied and deleted): the same content
-        sizes = {t[1] for t in new if t[0] not in moves}
+        sizes, taken = {t[1] for t in new if t[0] not in moves}, set(moves.values())
         left = [p for p in gone + outside_gone
-                if p not in set(moves.values()) and known[p][1] in sizes]  # fmt: skip
+                if p not in taken and known[p][1] in sizes]  # fmt: skip
         moves |= match_by_content(left, [t for t in new if t[0] not in moves],
                                   {p: known[p][1] for p in left}, _hashes(w, left))  # fmt: skip
         todo = [t for t in todo if t[0] not in moves]

@@ -92,7 +92,7 @@ def scorer():
     """The scoreboard scorer ``default+imagenet``: the default scorer's scores fused
     (:func:`vsekit.evidence.fuse`) with the bonus of the bundle's recorded setting."""
     import vsekit
-    from vsekit.evidence import fuse
+    from vsekit.evidence import PhotoBatch, fuse
 
     base = default_scorer()
     model = vsekit.load_model("default")
@@ -100,7 +100,7 @@ def scorer():
 
     def score(texts: Sequence[str], ids: Sequence[str]) -> np.ndarray:
         s = base(texts, ids)
-        ev = {src.name: src.index(photo_features(model, ids))}
+        ev = {src.name: src.index(PhotoBatch(features=photo_features(model, ids)))}
         return fuse(s, texts, [src], ev)
 
     score.name = "default+imagenet"
@@ -160,7 +160,7 @@ def t2i_recall(scores: np.ndarray, c2i: np.ndarray) -> dict:
 
 def sweep() -> dict:
     import vsekit
-    from vsekit.evidence import fuse
+    from vsekit.evidence import PhotoBatch, fuse
 
     queries = load_queries(SPLIT_FILES["slice"])
     texts = [q["text"] for q in queries]
@@ -169,7 +169,7 @@ def sweep() -> dict:
     s0 = base(texts, ids)
     model = vsekit.load_model("default")
     src = _source()
-    ev = {src.name: src.index(photo_features(model, ids))}
+    ev = {src.name: src.index(PhotoBatch(features=photo_features(model, ids)))}
     before = evaluate(queries, ids, s0)["summary"]
     nq = caption_noun_queries(src)
     ntexts = [q["text"] for q in nq]
@@ -237,7 +237,7 @@ def sweep() -> dict:
 
 def rsum() -> dict:
     import vsekit
-    from vsekit.evidence import fuse
+    from vsekit.evidence import PhotoBatch, fuse
     from vsekit.lab.data import load_dataset
     from vsekit.lab.eval import retrieval_metrics
 
@@ -251,7 +251,7 @@ def rsum() -> dict:
     txt = model.encode_text(texts)
     sim = model.retrieval_scores(img, txt)  # [images, captions]
     src = _source()
-    ev = {src.name: src.index(photo_features(model, ids))}
+    ev = {src.name: src.index(PhotoBatch(features=photo_features(model, ids)))}
     fused = fuse(sim.T, texts, [src], ev).T
     fired = sum(bool(src.query_classes(t)) for t in texts)
     m0 = retrieval_metrics(sim, dev.caption_to_image)
@@ -275,7 +275,7 @@ def dev_sensitivity() -> dict:
     max_classes and min_coverage: a report of what the slice could not show, never used
     to choose (the bundle keeps the slice's choice)."""
     import vsekit
-    from vsekit.evidence import fuse
+    from vsekit.evidence import PhotoBatch, fuse
 
     queries = load_queries(SPLIT_FILES["dev"])
     texts = [q["text"] for q in queries]
@@ -283,7 +283,7 @@ def dev_sensitivity() -> dict:
     s0 = default_scorer()(texts, ids)
     model = vsekit.load_model("default")
     src = _source()
-    ev = {src.name: src.index(photo_features(model, ids))}
+    ev = {src.name: src.index(PhotoBatch(features=photo_features(model, ids)))}
     chosen = src.fusion_weight
     out = {"note": "dev, not used for choosing; the other settings as chosen",
            "max_classes": src.max_classes, "min_coverage": src.min_coverage,

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from vsekit.bundle import ModelError, bundle_dir
-from vsekit.evidence import EvidenceScorer, fuse, load_sources
+from vsekit.evidence import EvidenceScorer, PhotoBatch, fuse, load_sources
 from vsekit.evidence.imagenet import ImageNetClasses, Sense, WordNetMap
 from vsekit.evidence.store import evidence_bias, fill_evidence, read_evidence
 from vsekit.index import Collection
@@ -27,8 +27,8 @@ def shipped() -> ImageNetClasses:
     """The shipped head and mapping, with fixed fusion settings (not the bundle's
     choice, which a new sweep may change): senses of at most 5 classes that cover at
     least a tenth of their WordNet leaves, no word gate."""
-    src = load_sources(DEFAULT, enabled_only=False)
-    assert [s.name for s in src] == ["imagenet"]
+    src = [s for s in load_sources(DEFAULT, enabled_only=False) if s.name == "imagenet"]
+    assert len(src) == 1
     s = src[0]
     fusion = {"weight": 1.0, "max_classes": 5, "min_coverage": 0.1}
     return ImageNetClasses(s.weight, s.bias, s.wordnet, s.feature_scale, s.top_k, fusion,
@@ -96,7 +96,7 @@ def test_mapping_holds_1000_distinct_classes_in_the_classifier_order(shipped):
 
 # -- bundle files -----------------------------------------------------------------------
 def test_absent_files_turn_the_source_off_and_damaged_ones_are_refused(tmp_path):
-    cfg = json.loads((DEFAULT / "evidence.json").read_text())
+    cfg = {"imagenet": json.loads((DEFAULT / "evidence.json").read_text())["imagenet"]}
     b = tmp_path / "bundle"
     b.mkdir()
     (b / "evidence.json").write_text(json.dumps(cfg))
@@ -142,7 +142,7 @@ def test_imagenet_source_is_an_evidence_scorer_and_matches_a_naive_softmax():
     assert isinstance(src, EvidenceScorer)
     feats = np.random.default_rng(1).normal(size=(5, 4)).astype(np.float32)
     p = naive_probs(src, feats)
-    ev = src.index(feats)
+    ev = src.index(PhotoBatch(features=feats))
     assert ev["classes"].shape == ev["probs"].shape == (5, 3)
     assert ev["classes"].dtype == np.uint16 and ev["probs"].dtype == np.float16
     for i in range(5):
@@ -162,7 +162,7 @@ def test_imagenet_source_is_an_evidence_scorer_and_matches_a_naive_softmax():
 def test_fuse_adds_a_bonus_only_to_queries_that_name_a_class():
     src = tiny_source(weight=0.5)
     feats = np.random.default_rng(2).normal(size=(4, 4)).astype(np.float32)
-    ev = {"imagenet": src.index(feats)}
+    ev = {"imagenet": src.index(PhotoBatch(features=feats))}
     base = np.random.default_rng(3).normal(size=(3, 4)).astype(np.float32)
     texts = ["a corgi", "a beach", "a dog"]
     out = fuse(base, texts, [src], ev)
@@ -182,7 +182,7 @@ def test_shipped_head_on_the_models_own_features_names_the_cat_and_the_espresso(
 
     model = vsekit.load_model("default")
     ims = [Image.fromarray(skdata.chelsea()), Image.fromarray(skdata.coffee())]
-    ev = shipped.index(model.image_features(ims))
+    ev = shipped.index(PhotoBatch(ims, featurise=model.image_features))
     top = [shipped.wordnet.classes[int(c)][0] for c in ev["classes"][:, 0]]
     assert top[0] in {"n02124075", "n02123045", "n02123159"}  # Egyptian, tabby, tiger cat
     assert top[1] == "n07920052"  # espresso
@@ -196,7 +196,7 @@ def test_shipped_head_ranks_a_photo_by_its_classes(shipped, flickr8k_slice_photo
 
     model = vsekit.load_model("default")
     feats = model.image_features([str(p) for p in flickr8k_slice_photos[:2]])
-    ev = shipped.index(feats)
+    ev = shipped.index(PhotoBatch(features=feats))
     p = shipped.class_probs(feats)
     np.testing.assert_allclose(p.sum(1), 1, rtol=1e-5)
     assert list(ev["classes"][:, 0]) == list(p.argmax(1))
@@ -225,8 +225,8 @@ def test_fused_search_matches_a_naive_reference(tmp_path):
     snap = coll.snapshot
     src = tiny_source(weight=0.3)
     files = [(p, s, m) for p, (s, m) in zip(snap.paths, snap.stamps, strict=True)]
-    assert fill_evidence(coll.path, files, src, _pixel_features) == len(colours)
-    assert fill_evidence(coll.path, files, src, _pixel_features) == 0  # nothing new
+    assert fill_evidence(coll.path, files, src, _pixel_features_of_images) == len(colours)
+    assert fill_evidence(coll.path, files, src, _pixel_features_of_images) == 0  # nothing new
 
     q = np.array([[0.6, 0.2, 0.7, 0.3]], np.float32)
     q /= np.linalg.norm(q)
@@ -253,7 +253,7 @@ def test_fused_search_matches_a_naive_reference(tmp_path):
     changed = [r for r in range(snap2.n_rows) if snap2.live[r] and name[r].endswith("p0.png")]
     assert b2[changed] == [0.0]
     files2 = [(p, s, m) for p, (s, m) in zip(snap2.paths, snap2.stamps, strict=True)]
-    assert fill_evidence(coll.path, files2, src, _pixel_features) == 1
+    assert fill_evidence(coll.path, files2, src, _pixel_features_of_images) == 1
     assert len(read_evidence(coll.path, "imagenet")["paths"]) == len(colours)
 
 

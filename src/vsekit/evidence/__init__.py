@@ -3,8 +3,9 @@
 Each source is one module behind :class:`EvidenceScorer`, so that a source can be added,
 measured and dropped alone:
 
-- at index time, :meth:`EvidenceScorer.index` turns a batch of photos' image features
-  (the bundle's ``features`` output, ``[N, F]``) into small per-photo arrays to keep;
+- at index time, :meth:`EvidenceScorer.index` turns a :class:`PhotoBatch` (the photos'
+  decoded pixels and the image graph's ``features`` output, ``[N, F]``, each computed
+  only when a source asks for it) into small per-photo arrays to keep;
 - at query time, :meth:`EvidenceScorer.score` turns a query text and those arrays into
   an additive ``[N]`` bonus, or None when the query says nothing the source knows.
 
@@ -14,13 +15,15 @@ settings); :func:`load_sources` returns those whose files are present, verified 
 enabled, so a source whose files are absent is simply off.
 
 Sources: ``imagenet`` (:mod:`vsekit.evidence.imagenet`), the backbone's own 1000-way
-ImageNet head tied to words through WordNet.
+ImageNet head tied to words through WordNet (reads features); ``colour``
+(:mod:`vsekit.evidence.colour`), the share of each basic colour term in regions of the
+photo, tied to the query's colour words (reads pixels).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -34,6 +37,62 @@ EVIDENCE_FILE = "evidence.json"
 Evidence = Mapping[str, np.ndarray]
 
 
+class PhotoBatch:
+    """One batch of photos as evidence sources see them at index time: their decoded RGB
+    pixels (:attr:`images`) and the image graph's features (:attr:`features`, ``[N, F]``).
+
+    Either may be given, or made on first use: the images decoded from ``paths`` (at
+    ``decode_size`` on the short side, as the model decodes them), the features by
+    ``featurise`` (the model's ``image_features``) from those decoded images, so a photo is
+    decoded once for every source. A source that reads only pixels never runs the
+    backbone; one that reads only features never needs the pixels kept. ValueError (an
+    :class:`~vsekit.media.images.ImageError` for an unreadable photo) when a source asks
+    for what the batch cannot make."""
+
+    def __init__(
+        self,
+        images: Sequence | None = None,
+        features: np.ndarray | None = None,
+        *,
+        paths: Sequence[str] | None = None,
+        featurise: Callable[[list], np.ndarray] | None = None,
+        decode_size: int | None = None,
+    ):
+        self._images = None if images is None else list(images)
+        self._features = None if features is None else np.asarray(features)
+        self.paths = None if paths is None else [str(p) for p in paths]
+        self._featurise = featurise
+        self.decode_size = decode_size
+        sizes = {len(x) for x in (self._images, self._features, self.paths) if x is not None}
+        if len(sizes) != 1:
+            raise ValueError(f"a photo batch needs images, features or paths of one length, "
+                             f"got lengths {sorted(sizes)}")  # fmt: skip
+        self.n = sizes.pop()
+
+    def __len__(self) -> int:
+        return self.n
+
+    @property
+    def images(self) -> list:
+        """The decoded photos (PIL, RGB), decoded on first use."""
+        if self._images is None:
+            if self.paths is None:
+                raise ValueError("this photo batch holds features only, no pixels")
+            from vsekit.media.images import load_image
+
+            self._images = [load_image(p, self.decode_size) for p in self.paths]
+        return self._images
+
+    @property
+    def features(self) -> np.ndarray:
+        """``[N, F]`` image-graph features, computed on first use."""
+        if self._features is None:
+            if self._featurise is None:
+                raise ValueError("this photo batch holds pixels only, no model to featurise")
+            self._features = np.asarray(self._featurise(self.images))
+        return self._features
+
+
 @runtime_checkable
 class EvidenceScorer(Protocol):
     """One evidence source."""
@@ -41,8 +100,8 @@ class EvidenceScorer(Protocol):
     #: the source's key in ``evidence.json`` and in stored evidence
     name: str
 
-    def index(self, features: np.ndarray) -> dict[str, np.ndarray]:
-        """``[N, F]`` image features -> the arrays to keep per photo, each ``[N, ...]``
+    def index(self, photos: PhotoBatch) -> dict[str, np.ndarray]:
+        """A batch of ``N`` photos -> the arrays to keep per photo, each ``[N, ...]``
         (small: they are stored for every photo of an index)."""
         ...
 
@@ -96,9 +155,11 @@ def load_sources(bundle: Path, enabled_only: bool = True) -> list[EvidenceScorer
     whose files are present (sha256 verified); with ``enabled_only``, only those whose
     fusion settings say ``"enabled": true``. ModelError for a file that is present but
     not the one recorded."""
+    from vsekit.evidence.colour import ColourNames
     from vsekit.evidence.imagenet import ImageNetClasses
 
-    makers = {ImageNetClasses.name: ImageNetClasses.from_bundle}
+    makers = {ImageNetClasses.name: ImageNetClasses.from_bundle,
+              ColourNames.name: ColourNames.from_bundle}  # fmt: skip
     out = []
     for name, cfg in read_evidence_config(bundle).items():
         make = makers.get(name)

@@ -224,10 +224,11 @@ class ImageNetClasses:
         e = np.exp(logits)
         return e / e.sum(axis=1, keepdims=True)
 
-    def index(self, features: np.ndarray) -> dict[str, np.ndarray]:
+    def index(self, photos) -> dict[str, np.ndarray]:
         """``{"classes": [N, k] uint16, "probs": [N, k] float16}``: each photo's top-k
-        classes, most probable first."""
-        p = self.class_probs(features)
+        classes, most probable first, from the batch's image features
+        (:class:`vsekit.evidence.PhotoBatch`; its pixels are not read)."""
+        p = self.class_probs(photos.features)
         k = min(self.top_k, p.shape[1])
         top = np.argpartition(-p, k - 1, axis=1)[:, :k]
         order = np.argsort(-np.take_along_axis(p, top, 1), axis=1, kind="stable")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vsekit.evidence import EvidenceScorer
+from vsekit.evidence import EvidenceScorer, PhotoBatch
 from vsekit.fsio import atomic_write
 
 EVIDENCE_DIR = "evidence"
@@ -65,15 +65,18 @@ def fill_evidence(
     index: Path,
     files: Sequence[tuple[str, int, int]],
     source: EvidenceScorer,
-    features: Callable[[list[str]], np.ndarray],
+    featurise: Callable[[list], np.ndarray] | None = None,
     batch_size: int = 16,
     is_video: Callable[[str], bool] = lambda _: False,
+    decode_size: int | None = None,
 ) -> int:
     """Bring ``source``'s file in line with ``files`` (path, size, mtime_ns: the index's
-    photos now): drop photos that are gone or changed, compute the missing ones with
-    ``features(paths) -> [N, F]`` (the model's image features), in batches. Returns how
-    many photos were computed. A photo whose features cannot be computed is left out
-    (it is tried again next time)."""
+    photos now): drop photos that are gone or changed, compute the missing ones in
+    batches (:class:`~vsekit.evidence.PhotoBatch`: each photo decoded at ``decode_size``
+    when the source reads pixels, and ``featurise(decoded images) -> [N, F]``, the
+    model's image features, when it reads features). Returns how many photos were
+    computed. A photo that cannot be decoded or featurised is left out (it is tried
+    again next time)."""
     want = [f for f in files if not is_video(f[0])]
     old = read_evidence(index, source.name)
     have: dict[tuple[str, int, int], int] = {}
@@ -88,9 +91,9 @@ def fill_evidence(
     for a in range(0, len(todo), batch_size):
         batch = todo[a : a + batch_size]
         try:
-            arr = source.index(features([p for p, _, _ in batch]))
-        except (OSError, ValueError) as e:  # one unreadable photo: try them one by one
-            arr, batch = _one_by_one(batch, source, features, e)
+            arr = source.index(_batch([p for p, _, _ in batch], featurise, decode_size))
+        except (OSError, ValueError):  # one unreadable photo: try them one by one
+            arr, batch = _one_by_one(batch, source, featurise, decode_size)
         if not batch:
             continue
         parts.append({"paths": np.array([p for p, _, _ in batch], dtype=str),
@@ -106,11 +109,15 @@ def fill_evidence(
     return done
 
 
-def _one_by_one(batch, source, features, first_error):
+def _batch(paths: list[str], featurise, decode_size) -> PhotoBatch:
+    return PhotoBatch(paths=paths, featurise=featurise, decode_size=decode_size)
+
+
+def _one_by_one(batch, source, featurise, decode_size):
     arrays, ok = [], []
     for f in batch:
         try:
-            arrays.append(source.index(features([f[0]])))
+            arrays.append(source.index(_batch([f[0]], featurise, decode_size)))
             ok.append(f)
         except (OSError, ValueError):
             continue
@@ -170,12 +177,14 @@ def model_sources(model) -> list[EvidenceScorer]:
 def fill_index_evidence(coll, model, sources: Sequence[EvidenceScorer] | None = None) -> int:
     """:func:`fill_evidence` of every enabled source of ``model`` for the photos of the
     collection ``coll`` now (what ``vse index`` runs after an update). Returns the photos
-    computed. Note: this decodes and runs the backbone again for each new photo; an index
-    update that kept the features it already computes would make it free."""
+    computed. Note: each source decodes each new photo again (and a source that reads
+    features runs the backbone again); an index update that kept what it already
+    computes would make it free."""
     from vsekit.media.video import is_video
 
     sources = model_sources(model) if sources is None else sources
     snap = coll.snapshot
     files = [(p, int(s), int(m)) for p, (s, m) in zip(snap.paths, snap.stamps, strict=True)]
-    return sum(fill_evidence(coll.path, files, src, model.image_features, is_video=is_video)
+    return sum(fill_evidence(coll.path, files, src, model.image_features, is_video=is_video,
+                             decode_size=model.decode_size)
                for src in sources)  # fmt: skip

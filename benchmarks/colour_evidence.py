@@ -34,7 +34,10 @@ Photo embeddings and colour shares are cached under ``~/.cache/vsekit/query_benc
 never in the repo. Other jobs share the 2-core CPU (``cpu_shared`` in the JSON): these
 are quality figures, not timings, except ``shares_ms_per_photo``, which is indicative.
 
-Run: python benchmarks/colour_evidence.py --sweep | --dev
+3. ``--index-cost``: what filling the source's evidence adds to ``vse index``, per photo,
+   against the model's own embedding of the same photos.
+
+Run: python benchmarks/colour_evidence.py --sweep | --dev | --index-cost
 """
 
 from __future__ import annotations
@@ -303,6 +306,34 @@ def _rules() -> int:
     return RULES
 
 
+def index_cost(n: int = 200) -> dict:
+    """What the source adds to ``vse index``: :func:`vsekit.evidence.store.fill_evidence`
+    of ``n`` slice photos into a fresh evidence file (each photo decoded at the model's
+    decode size, named, written), against the model's own embedding of the same photos
+    (decode, crops, the image graph), both timed here, on the shared CPU."""
+    import tempfile
+
+    import vsekit
+    from vsekit.evidence.colour import ColourNames
+    from vsekit.evidence.store import fill_evidence
+
+    model = vsekit.load_model("default")
+    ids = split_images("slice")[:n]
+    paths = [str(FLICKR8K / "images" / i) for i in ids]
+    files = [(p, Path(p).stat().st_size, Path(p).stat().st_mtime_ns) for p in paths]
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        fill_evidence(Path(tmp), files, ColourNames(), decode_size=model.decode_size)
+        colour = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    model.encode_image(paths, batch_size=16)
+    embed = time.perf_counter() - t0
+    return {"photos": n, "decode_size": model.decode_size,
+            "colour_ms_per_photo": round(colour / n * 1000, 2),
+            "embed_ms_per_photo": round(embed / n * 1000, 2),
+            "added_share": round(colour / embed, 4)}  # fmt: skip
+
+
 # -- dev, once ------------------------------------------------------------------------------
 def dev() -> dict:
     import vsekit
@@ -357,10 +388,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--dev", action="store_true")
+    ap.add_argument("--index-cost", action="store_true")
     args = ap.parse_args()
     path = Path(__file__).with_suffix(".json")
     old = json.loads(path.read_text()) if path.is_file() else {}
-    out = {k: old[k] for k in ("sweep", "dev", "commands") if k in old}
+    out = {k: old[k] for k in ("sweep", "dev", "index_cost", "commands") if k in old}
     command = " ".join(["python benchmarks/colour_evidence.py", *sys.argv[1:]])
     if args.sweep:
         out["sweep"] = sweep()
@@ -368,6 +400,9 @@ def main() -> None:
     if args.dev:
         out["dev"] = dev()
         out.setdefault("commands", {})["dev"] = command
+    if args.index_cost:
+        out["index_cost"] = index_cost()
+        out.setdefault("commands", {})["index_cost"] = command
     out["cpu_shared"] = True  # other jobs ran on the same 2 cores (see load_average)
     record(path, out)
 

@@ -274,3 +274,41 @@ def test_the_rule_never_picks_a_setting_that_costs_p5_or_caption_recall():
 def test_the_rule_breaks_ties_towards_the_lower_weight():
     rows = [row(0.3, 0.5, 0.62, 0.42, 290.0), row(0.1, 0.5, 0.62, 0.42, 290.0)]
     assert choose(rows, BEFORE)["best"]["weight"] == 0.1
+
+
+# -- vse index + vse search ------------------------------------------------------------------------
+def test_vse_index_stores_colour_evidence_and_vse_search_adds_it(tmp_path, capsys):
+    from tests.conftest import make_tiny_model, write_image
+    from vsekit.cli import main
+
+    bundle = make_tiny_model().save(tmp_path / "bundle")
+    fusion = {"weight": 0.1, "region": "cell", "norm": "raw", "by_length": True,
+              "enabled": True}  # fmt: skip
+    (bundle / "evidence.json").write_text(json.dumps({"colour": {"rules": 1, "fusion": fusion}}))
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    colours = {"red": (230, 10, 10), "blue": (20, 40, 220), "white": (245, 245, 245)}
+    for name, rgb in colours.items():
+        solid(rgb, (32, 32)).save(photos / f"{name}.png")
+    for i in range(3):
+        write_image(photos / f"noise{i}.jpg", seed=i)
+    idx = tmp_path / "idx"
+    assert main(["index", str(photos), "--model", str(bundle), "--index", str(idx), "--quiet"]) == 0
+    capsys.readouterr()
+    ev = read_evidence(idx, "colour")
+    assert ev is not None and len(ev["paths"]) == 6
+
+    def search(q: str) -> dict[str, float]:
+        assert main(["search", q, "--index", str(idx), "--k", "6", "--json"]) == 0
+        return {Path(h["path"]).name: h["score"] for h in json.loads(capsys.readouterr().out)}
+
+    with_red, with_plain = search("a red car"), search("a dog runs on grass")
+    (idx / "evidence" / "colour.npz").rename(tmp_path / "colour.npz")  # the model alone
+    without_red, without_plain = search("a red car"), search("a dog runs on grass")
+    # a query with no colour word: exactly the model's ranking and scores
+    assert list(with_plain.items()) == list(without_plain.items())
+    # "a red car": the red photo gains weight x (colour words' share: 1 of 2) x its red share
+    assert with_red["red.png"] - without_red["red.png"] == pytest.approx(0.1 * 0.5, abs=1e-4)
+    for name in ("blue.png", "white.png"):
+        assert with_red[name] == pytest.approx(without_red[name], abs=1e-6)
+    assert next(iter(with_red)) == "red.png"

@@ -135,7 +135,7 @@ def _add_index(sub: argparse._SubParsersAction) -> None:
 
 def _index(args: argparse.Namespace) -> int:
     from vsekit.index import Collection, model_info
-    from vsekit.index.query import store_caches
+    from vsekit.index.query import store_caches, store_evidence
 
     t0 = time.perf_counter()
     if args.threads:
@@ -196,6 +196,8 @@ def _index(args: argparse.Namespace) -> int:
             batches=batches,
         )
         store_caches(coll, model)  # each photo's CSLS penalty (and FAISS), for `vse search`
+        # each enabled evidence source's per-photo arrays (the colour shares), for the same
+        store_evidence(coll, model, progress=not args.quiet and not args.json)
         pool = model.caption_pool if model.captions and not args.no_caption_pool else None
         if pool is not None and not pool.ready and not pool.on_disk():
             # here, where a wait is expected, not at the first annotation or page view:

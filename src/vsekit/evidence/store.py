@@ -69,6 +69,7 @@ def fill_evidence(
     batch_size: int = 16,
     is_video: Callable[[str], bool] = lambda _: False,
     decode_size: int | None = None,
+    progress: bool = False,
 ) -> int:
     """Bring ``source``'s file in line with ``files`` (path, size, mtime_ns: the index's
     photos now): drop photos that are gone or changed, compute the missing ones in
@@ -76,7 +77,9 @@ def fill_evidence(
     when the source reads pixels, and ``featurise(decoded images) -> [N, F]``, the
     model's image features, when it reads features). Returns how many photos were
     computed. A photo that cannot be decoded or featurised is left out (it is tried
-    again next time)."""
+    again next time). ``progress``: a bar on stderr while photos are computed."""
+    from vsekit.progress import progress_bar
+
     want = [f for f in files if not is_video(f[0])]
     old = read_evidence(index, source.name)
     have: dict[tuple[str, int, int], int] = {}
@@ -88,21 +91,27 @@ def fill_evidence(
     if old is not None and keep:
         parts.append({k: v[keep] for k, v in old.items()})
     done = 0
-    for a in range(0, len(todo), batch_size):
-        batch = todo[a : a + batch_size]
-        try:
-            arr = source.index(_batch([p for p, _, _ in batch], featurise, decode_size))
-        except (OSError, ValueError):  # one unreadable photo: try them one by one
-            arr, batch = _one_by_one(batch, source, featurise, decode_size)
-        if not batch:
-            continue
-        parts.append({"paths": np.array([p for p, _, _ in batch], dtype=str),
-                      "sizes": np.array([s for _, s, _ in batch], np.int64),
-                      "mtimes": np.array([m for _, _, m in batch], np.int64), **arr})  # fmt: skip
-        done += len(batch)
+    with progress_bar(len(todo), f"evidence ({source.name})", "photo",
+                      show=progress and bool(todo)) as bar:  # fmt: skip
+        for a in range(0, len(todo), batch_size):
+            batch = todo[a : a + batch_size]
+            bar.update(len(batch))
+            try:
+                arr = source.index(_batch([p for p, _, _ in batch], featurise, decode_size))
+            except (OSError, ValueError):  # one unreadable photo: try them one by one
+                arr, batch = _one_by_one(batch, source, featurise, decode_size)
+            if not batch:
+                continue
+            parts.append({"paths": np.array([p for p, _, _ in batch], dtype=str),
+                          "sizes": np.array([s for _, s, _ in batch], np.int64),
+                          "mtimes": np.array([m for _, _, m in batch], np.int64),
+                          **arr})  # fmt: skip
+            done += len(batch)
     if not parts:
         parts = [{"paths": np.array([], dtype=str), "sizes": np.zeros(0, np.int64),
                   "mtimes": np.zeros(0, np.int64)}]  # fmt: skip
+    if not done and old is not None and len(keep) == len(old["paths"]):
+        return 0  # nothing gone, changed or new: the file stays as it is
     names = set().union(*(p.keys() for p in parts))
     merged = {k: np.concatenate([p[k] for p in parts if k in p]) for k in names}
     write_evidence(index, source.name, merged)
@@ -126,6 +135,25 @@ def _one_by_one(batch, source, featurise, decode_size):
     return {k: np.concatenate([a[k] for a in arrays]) for k in arrays[0]}, ok
 
 
+_READ: dict[tuple[str, str], tuple[tuple[int, int], dict[str, np.ndarray] | None]] = {}
+
+
+def _read_cached(index: Path, source: str) -> dict[str, np.ndarray] | None:
+    """:func:`read_evidence`, kept in memory while the file's size and mtime stay the
+    same (a warm service reads it once, not at every search)."""
+    path = evidence_path(index, source)
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    stamp, key = (st.st_size, st.st_mtime_ns), (str(path), source)
+    hit = _READ.get(key)
+    if hit is None or hit[0] != stamp:
+        hit = (stamp, read_evidence(index, source))
+        _READ[key] = hit
+    return hit[1]
+
+
 def evidence_bias(
     index: Path,
     snap,
@@ -138,7 +166,7 @@ def evidence_bias(
     exactly the model's)."""
     out = None
     for src in sources:
-        ev = read_evidence(index, src.name)
+        ev = _read_cached(index, src.name)
         if ev is None or not len(ev["paths"]):
             continue
         bonus = src.score(text, ev)
@@ -174,7 +202,9 @@ def model_sources(model) -> list[EvidenceScorer]:
     return _SOURCES[key]
 
 
-def fill_index_evidence(coll, model, sources: Sequence[EvidenceScorer] | None = None) -> int:
+def fill_index_evidence(
+    coll, model, sources: Sequence[EvidenceScorer] | None = None, progress: bool = False
+) -> int:
     """:func:`fill_evidence` of every enabled source of ``model`` for the photos of the
     collection ``coll`` now (what ``vse index`` runs after an update). Returns the photos
     computed. Note: each source decodes each new photo again (and a source that reads
@@ -183,8 +213,10 @@ def fill_index_evidence(coll, model, sources: Sequence[EvidenceScorer] | None = 
     from vsekit.media.video import is_video
 
     sources = model_sources(model) if sources is None else sources
+    if not sources:
+        return 0
     snap = coll.snapshot
     files = [(p, int(s), int(m)) for p, (s, m) in zip(snap.paths, snap.stamps, strict=True)]
     return sum(fill_evidence(coll.path, files, src, model.image_features, is_video=is_video,
-                             decode_size=model.decode_size)
+                             decode_size=model.decode_size, progress=progress)
                for src in sources)  # fmt: skip

@@ -25,6 +25,7 @@ from vsekit.index.query import (
     search_image,
     search_text,
     store_caches,
+    store_evidence,
 )
 from vsekit.runtime import BaseModel, load_model
 
@@ -52,7 +53,8 @@ class PhotoIndex:
         exclude: Sequence[str] = (),
     ) -> UpdateReport:
         """Embed the photos and videos under ``folder`` that are new or changed, drop the
-        ones that are gone, and store each new photo's hubness penalty."""
+        ones that are gone, and store each new photo's hubness penalty and evidence
+        (:func:`vsekit.index.query.store_evidence`)."""
         rep = self.collection.update(
             folder,
             self.model.encode_image,
@@ -62,6 +64,7 @@ class PhotoIndex:
             exclude=exclude,
         )
         store_caches(self.collection, self.model)
+        store_evidence(self.collection, self.model, progress)
         return rep
 
     def search(

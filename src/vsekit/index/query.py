@@ -103,7 +103,7 @@ def search_text(
     those ``filters`` keep."""
     emb, _ = embed_query(model, text, coll.embedding_of)
     cue = has_text(text)
-    return search_text_embedding(coll, model, emb, k, method, filters, stack, cue)
+    return search_text_embedding(coll, model, emb, k, method, filters, stack, cue, text)
 
 
 def has_text(query: str, allow_paths: bool = True) -> bool:
@@ -130,16 +130,22 @@ def search_text_embedding(
     filters: Filters | None = None,
     stack: bool = False,
     cue: bool = True,
+    text: str | None = None,
 ) -> list[Hit]:
     """Images best matching an already-embedded text query ``q`` ([D] or [1, D]), scored
     with the model's own similarity (the service embeds outside its collection lock),
-    less each image's CSLS penalty when the model has hubness reduction. One snapshot
-    serves the whole query, so a writer's commit cannot put the two out of step. Each
-    hit carries the relevance cue of its score when the model ships a calibration
-    (:mod:`vsekit.runtime.relevance`) unless ``cue`` is False (a query of photo terms
-    only: see :func:`has_text`); ``stack`` folds copies of a photo into one hit."""
+    less each image's CSLS penalty when the model has hubness reduction, plus the
+    bonus of the model's enabled evidence sources for the query ``text`` where given
+    (:func:`evidence_text`; a query they have nothing to say about ranks exactly as
+    without). One snapshot serves the whole query, so a writer's commit cannot put the
+    two out of step. Each hit carries the relevance cue of its score when the model
+    ships a calibration (:mod:`vsekit.runtime.relevance`) unless ``cue`` is False (a
+    query of photo terms only: see :func:`has_text`); ``stack`` folds copies of a photo
+    into one hit."""
     snap = coll.snapshot
     bias = text_query_bias(coll, model, snap)
+    if text is not None:
+        bias = _add(bias, query_evidence_bias(coll, model, snap, text))
     q = np.atleast_2d(q)
     hits = _ranked(snap, k, stack, lambda n: coll.search(
         q, n, method, _score_fn(model), bias, snap, filters)[0])  # fmt: skip
@@ -149,6 +155,34 @@ def search_text_embedding(
     return [replace(h, cue=rel.cue(h.score),
                     copies=tuple(replace(c, cue=rel.cue(c.score)) for c in h.copies))
             for h in hits]  # fmt: skip
+
+
+def _add(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+    if a is None or b is None:
+        return a if b is None else b
+    return a + b
+
+
+def evidence_text(query: str, allow_paths: bool = True) -> str:
+    """The words of a query the evidence sources read: its sentence terms with a positive
+    weight, joined (``"a red car" - "snow"`` -> ``a red car``: a term taken away names
+    nothing the photos should have)."""
+    terms = parse_query(check_query(query), allow_paths)
+    return ", ".join(t.text for t in terms if t.text is not None and t.weight > 0)
+
+
+def query_evidence_bias(
+    coll: Collection, model: BaseModel, snap: Snapshot, query: str
+) -> np.ndarray | None:
+    """``[rows]``: the bonus of the model's enabled evidence sources for ``query``
+    (:func:`vsekit.evidence.store.evidence_bias`); None when none has anything to say."""
+    from vsekit.evidence.store import evidence_bias, model_sources
+
+    sources = model_sources(model)
+    text = evidence_text(query) if sources else ""
+    if not text:
+        return None
+    return evidence_bias(coll.path, snap, sources, text)
 
 
 def text_query_bias(
@@ -172,6 +206,15 @@ def store_caches(coll: Collection, model: BaseModel) -> None:
         coll.store_caches()
     else:
         coll.store_caches(model.image_penalty, hub.key)
+
+
+def store_evidence(coll: Collection, model: BaseModel, progress: bool = False) -> int:
+    """What ``vse index`` stores after an update for each enabled evidence source of the
+    model (:func:`vsekit.evidence.store.fill_index_evidence`): the new and changed
+    photos' per-photo arrays. Returns how many photos were computed."""
+    from vsekit.evidence.store import fill_index_evidence
+
+    return fill_index_evidence(coll, model, progress=progress)
 
 
 def search_vector(

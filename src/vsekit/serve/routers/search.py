@@ -69,7 +69,8 @@ def search(
     except ValueError as e:
         raise ApiError(400, str(e)) from e
     cue = has_text(q, allow_paths=False)  # photo terms alone (#ID) get no cue
-    found = svc.hits(search_text_embedding, emb, k, filters=filters, stack=stack, cue=cue)
+    found = svc.hits(search_text_embedding, emb, k, filters=filters, stack=stack, cue=cue,
+                     text=q)  # fmt: skip
     return {"query": q, "results": [hit_json(h, svc.roots_for_display()) for h in found]}
 
 

@@ -20,12 +20,23 @@ from vsekit.index.duplicates import (
     CANDIDATE_DISTANCE,
     CONFIRM_COSINE,
     COPY_FLOOR,
+    CROP_DISTANCE,
     HASH_DISTANCE,
     find_duplicates,
     near_pairs,
     pairs_of,
 )
-from vsekit.index.phash import hash_distances, hash_pairs, image_hash
+from vsekit.index.phash import (
+    CROP_KEEP,
+    CROPS,
+    crop_distances,
+    crop_hashes,
+    crops_array,
+    hash_array,
+    hash_distances,
+    hash_pairs,
+    image_hash,
+)
 from vsekit.media.images import load_image
 
 
@@ -127,6 +138,88 @@ def test_pairs_of_applies_both_stages_as_documented():
     assert (0, 9) in got and (0, 11) not in got
 
 
+def test_crop_distances_equal_the_naive_minimum():
+    rng = np.random.default_rng(3)
+    k = len(CROPS)
+    full = [int(x) for x in rng.integers(0, 2**63, 9, dtype=np.int64)]
+    crops = [[int(x) for x in rng.integers(0, 2**63, k, dtype=np.int64)] for _ in full]
+    crops[2][3] = full[5] ^ 0b1011  # photo 5 is photo 2's fourth crop, 3 bits off
+    texts = ["".join(_hex(v) for v in c) for c in crops]
+    texts[7] = None  # no crop hashes: compared through the other's crops only
+    fa, _ = hash_array([_hex(v) for v in full])
+    ca, has = crops_array(texts)
+    assert not has[7] and has.sum() == 8
+    d = crop_distances(fa, ca, fa, ca, has, has)
+    for i in range(9):
+        for j in range(9):
+            ways = [bin(full[i] ^ c).count("1") for c in crops[j]] if has[j] else []
+            ways += [bin(c ^ full[j]).count("1") for c in crops[i]] if has[i] else []
+            assert d[i, j] == (min(ways) if ways else 255), (i, j)
+    assert d[2, 5] == d[5, 2] == 3
+
+
+def test_pairs_of_crop_stage_against_the_reference():
+    """The crop stage: one photo's whole hash within CROP_DISTANCE of a crop hash of
+    the other, over the floor; nothing else changes."""
+    rng = np.random.default_rng(8)
+    n = 8
+    full = [int(x) for x in rng.integers(0, 2**63, n, dtype=np.int64)]
+    crops = [[int(x) for x in rng.integers(0, 2**63, len(CROPS), dtype=np.int64)] for _ in full]
+
+    def near(v: int, k: int) -> int:
+        return v ^ sum(1 << int(b) for b in rng.choice(64, k, replace=False))
+
+    full[1] = near(crops[0][1], CROP_DISTANCE)  # 1: a corner crop of 0
+    full[2] = near(crops[0][4], CROP_DISTANCE + 1)  # 2: just past it
+    crops[3][0] = near(full[0], 1)  # 0 is the centre crop of 3
+    full[4] = near(crops[0][2], 0)  # 4: exact crop hash, but the embeddings disagree
+    hashes = [_hex(v) for v in full]
+    texts = ["".join(_hex(v) for v in c) for c in crops]
+    emb = rng.normal(size=(n, 16))
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    for j, c in {1: 0.5, 2: 0.5, 3: 0.5, 4: COPY_FLOOR - 0.1}.items():
+        o = emb[j] - (emb[j] @ emb[0]) * emb[0]
+        emb[j] = c * emb[0] + np.sqrt(1 - c * c) * o / np.linalg.norm(o)
+    emb = emb.astype(np.float32)
+    got = {(i, j): d for i, j, _, d in pairs_of(hashes, emb, crops=texts)}
+    assert got[(0, 1)] == CROP_DISTANCE and got[(0, 3)] == 1
+    assert (0, 2) not in got and (0, 4) not in got
+    # without crop hashes the crop stage is off; with them, whole-hash pairs stay
+    assert (0, 1) not in {(i, j) for i, j, _, _ in pairs_of(hashes, emb)}
+    base = {(i, j) for i, j, _, _ in pairs_of(hashes, emb)}
+    assert base <= set(got)
+
+
+def test_real_photos_crop_hashes_find_90pc_crops(flickr8k_root):
+    """16 Flickr8k photos cropped to 90% of each side from the centre and from each
+    corner, written as JPEG and decoded as `vse index` decodes them: each is within
+    CROP_DISTANCE of its photo's crop hashes; different photos are not."""
+    import io
+
+    paths = sorted((flickr8k_root / "images").glob("*.jpg"))[:16]
+    full = [image_hash(load_image(p, 512)) for p in paths]
+    crops = [crop_hashes(load_image(p, 512)) for p in paths]
+    fa, _ = hash_array(full)
+    ca, _ = crops_array(crops)
+    worst = 0
+    for i, p in enumerate(paths):
+        im = Image.open(p).convert("RGB")
+        w, h = im.size
+        cw, ch = round(w * CROP_KEEP), round(h * CROP_KEEP)
+        for fx, fy in CROPS.values():
+            left, top = round((w - cw) * fx), round((h - ch) * fy)
+            buf = io.BytesIO()
+            im.crop((left, top, left + cw, top + ch)).save(buf, "JPEG", quality=90)
+            buf.seek(0)
+            cut = load_image(buf, 512)
+            fb, _ = hash_array([image_hash(cut)])
+            cb, _ = crops_array([crop_hashes(cut)])
+            worst = max(worst, int(crop_distances(fa[i : i + 1], ca[i : i + 1], fb, cb)[0, 0]))
+    assert worst <= CROP_DISTANCE
+    between = crop_distances(fa, ca, fa, ca)[np.triu_indices(len(paths), 1)]
+    assert between.min() > CROP_DISTANCE
+
+
 class ThumbEmbedder(CountingEmbedder):
     """Unit vectors of a photo's centred 8x6 colour thumbnail: copies of one photo land
     close together, different random photos far apart (unlike mean colours)."""
@@ -162,8 +255,9 @@ def dup_index(tmp_path):
 
 def test_hash_recorded_at_index_time(dup_index):
     snap = dup_index.snapshot
-    for p, h in zip(snap.paths, snap.photo_meta["phash"], strict=True):
-        assert h == image_hash(load_image(p))
+    meta = snap.photo_meta
+    for p, h, c in zip(snap.paths, meta["phash"], meta["phash_crops"], strict=True):
+        assert h == image_hash(load_image(p)) and c == crop_hashes(load_image(p))
 
 
 def test_exact_and_near_groups(dup_index):
@@ -188,26 +282,31 @@ def test_exact_and_near_groups(dup_index):
         find_duplicates(snap, hash_distance=40)
 
 
-def test_hashes_backfilled_for_an_index_from_before_them(dup_index, tmp_path):
+@pytest.mark.parametrize("column", ["phash", "phash_crops"])
+def test_hashes_backfilled_for_an_index_from_before_them(dup_index, tmp_path, column):
     """An index whose photo_meta has no phash column: the writer adds it, and the next
     update hashes every file (no file re-embedded)."""
-    want = dict(zip(dup_index.snapshot.paths, dup_index.snapshot.photo_meta["phash"],
-                    strict=True))  # fmt: skip
+    meta = dup_index.snapshot.photo_meta
+    want = {c: dict(zip(dup_index.snapshot.paths, meta[c], strict=True))
+            for c in ("phash", "phash_crops")}  # fmt: skip
     path = dup_index.path
     dup_index.close()
     db = sqlite3.connect(path / "index.sqlite")
-    db.execute("ALTER TABLE photo_meta DROP COLUMN phash")
+    db.execute("ALTER TABLE photo_meta DROP COLUMN phash_crops")
+    if column == "phash":
+        db.execute("ALTER TABLE photo_meta DROP COLUMN phash")
     db.commit()
     db.close()
     old = Collection(path)  # read before the migration: no hashes, no error
-    assert set(old.snapshot.photo_meta["phash"]) == {None}
+    assert set(old.snapshot.photo_meta[column]) == {None}
     old.close()
     coll = Collection(path, INFO)
     emb = ThumbEmbedder()
     coll.update(tmp_path / "photos", emb, progress=False)
     assert emb.seen == 0
     snap = coll.snapshot
-    assert dict(zip(snap.paths, snap.photo_meta["phash"], strict=True)) == want
+    for c in ("phash", "phash_crops"):
+        assert dict(zip(snap.paths, snap.photo_meta[c], strict=True)) == want[c]
 
 
 # -- actions ---------------------------------------------------------------------------

@@ -6,11 +6,13 @@
   stages:
 
   1. the **perceptual hash** (:mod:`vsekit.index.phash`, recorded at index time): two
-     photos whose hashes are at most :data:`HASH_DISTANCE` bits apart are copies
-     (resized, re-encoded, colour-edited), provided their embeddings are not far apart
-     (cosine >= :data:`COPY_FLOOR`, against hash collisions of plain images); hashes up
-     to :data:`CANDIDATE_DISTANCE` bits apart are candidates (cropped copies move the
-     hash more), confirmed by a cosine of at least :data:`CONFIRM_COSINE`;
+     photos are copies when their hashes are at most :data:`HASH_DISTANCE` bits apart
+     (resized, re-encoded, colour-edited), or when one's hash is at most
+     :data:`CROP_DISTANCE` bits from a hash of a crop of the other (cropped copies),
+     provided their embeddings are not far apart (cosine >= :data:`COPY_FLOOR`,
+     against hash collisions of plain images); hashes up to
+     :data:`CANDIDATE_DISTANCE` bits apart are candidates (crops elsewhere move the hash
+     more), confirmed by a cosine of at least :data:`CONFIRM_COSINE`;
   2. the **embedding** alone: a cosine of at least ``threshold`` (default
      :data:`NEAR_THRESHOLD`), for what moves the hash entirely (bursts, rotations,
      heavier crops and edits).
@@ -20,18 +22,20 @@ takes part in it through its first file. Files without a hash (videos, an index 
 backfilled) take part through the embedding only.
 
 The thresholds were chosen on a labelled set built from the 500 photos of the train
-slice (250 of them with eight kinds of copies) and reported on dev, 1,000 photos (250
+slice (250 of them with ten kinds of copies) and reported on dev, 1,000 photos (250
 with copies), in ``benchmarks/duplicates.py`` (figures in ``benchmarks/duplicates.json``
-and docs/guide.md). On dev: recall 1.0 on 50% and 25% resizes, JPEG quality-30
-re-encodes and colour edits, 0.992 on 90% centre crops, 0.908 on 90% crops from a
-corner, 0.592 on 75% crops and almost nothing on 90-degree rotations; no false pair
-among 2.5 million negative pairs, and no group among the 1,000 dev originals. The
-embedding alone is strict (0.98): two different photos of the slice already reach a
-cosine of 0.856, and the largest such cosine grows by about 0.06 each time a library
-doubles; ``--threshold 0.9`` groups bursts too, at the price of some look-alikes.
+and docs/benchmarks.md). On dev: recall 1.0 on 50% and 25% resizes, JPEG quality-30
+re-encodes, colour edits, 90% centre crops and 90% crops from a corner, 0.98 on 90%
+crops at other places, 0.61 on 80% crops and 0.59 on 75% crops, almost nothing on
+90-degree rotations; no false pair among 3 million negative pairs, and no group among
+the 1,000 dev originals. The embedding alone is strict (0.98): two different photos of
+the slice already reach a cosine of 0.856, and the largest such cosine grows by about
+0.06 each time a library doubles; ``--threshold 0.9`` groups bursts too, at the price
+of some look-alikes.
 
 Cost: the hashes by blocks of XORs and the embedding pairs by blocks of matrix
-products, ``O(N^2 D)``: about 2 s for 7,000 photos of 2,048 dimensions on two cores.
+products, ``O(N^2 D)``: about 3 s for 7,000 photos of 2,048 dimensions on two shared
+cores, the crop hashes included (they add no measurable time).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vsekit.index.phash import hash_array
+from vsekit.index.phash import crop_distances, crops_array, hash_array
 
 #: cosine over which two photos are near-duplicates (see ``benchmarks/duplicates.json``)
 NEAR_THRESHOLD = 0.98
@@ -111,6 +115,9 @@ COPY_FLOOR = 0.2
 CANDIDATE_DISTANCE = 26
 #: the cosine that confirms a candidate of the hash stage
 CONFIRM_COSINE = 0.87
+#: hash distance up to which one photo's whole hash and a crop hash of the other make
+#: them copies (cropped copies), with a cosine of at least :data:`COPY_FLOOR`
+CROP_DISTANCE = 3
 
 
 def pairs_of(
@@ -121,25 +128,35 @@ def pairs_of(
     candidate_distance: int = CANDIDATE_DISTANCE,
     confirm: float = CONFIRM_COSINE,
     floor: float = COPY_FLOOR,
+    crops: Sequence[str | None] | None = None,
+    crop_distance: int = CROP_DISTANCE,
 ) -> list[tuple[int, int, float, int | None]]:
     """``(i, j, cosine, hash distance or None)`` for every ``i < j`` that the two stages
     call duplicates (see the module docstring; unit rows of ``emb``), the hash distance
-    where the hash stage accepts the pair, by blocks of rows against the rest."""
+    where the hash stage accepts the pair (whole against whole, or whole against a
+    crop's: :func:`vsekit.index.phash.crop_distances`), by blocks of rows against the
+    rest. ``crops``: the photos' :func:`~vsekit.index.phash.crop_hashes` (None: none)."""
     vals, known = hash_array(hashes)
+    cvals, cknown = crops_array(crops if crops is not None else [None] * len(vals))
     n = len(emb)
     out: list[tuple[int, int, float, int | None]] = []
     block = max(1, min(2048, BLOCK_SCORES // max(n, 1)))
     for a in range(0, n, block):  # only j >= a: the upper triangle
-        s = np.asarray(emb[a : a + block], np.float32) @ np.asarray(emb[a:], np.float32).T
-        d = np.bitwise_count(vals[a : a + block, None] ^ vals[None, a:])
-        d[~(known[a : a + block, None] & known[None, a:])] = 255  # no hash: no hash stage
-        by_hash = ((d <= hash_distance) & (s >= floor)) | (
-            (d <= candidate_distance) & (s >= confirm)
+        b = slice(a, a + block)
+        s = np.asarray(emb[b], np.float32) @ np.asarray(emb[a:], np.float32).T
+        d = np.bitwise_count(vals[b, None] ^ vals[None, a:])
+        d[~(known[b, None] & known[None, a:])] = 255  # no hash: no hash stage
+        dc = crop_distances(vals[b], cvals[b], vals[a:], cvals[a:], cknown[b], cknown[a:])
+        dc[~(known[b, None] & known[None, a:])] = 255
+        by_hash = (
+            ((d <= hash_distance) & (s >= floor))
+            | ((dc <= crop_distance) & (s >= floor))
+            | ((d <= candidate_distance) & (s >= confirm))
         )
         ii, jj = np.nonzero(by_hash | (s >= threshold))
         keep = jj > ii
         for i, j in zip(ii[keep], jj[keep], strict=True):
-            hd = int(d[i, j]) if by_hash[i, j] else None
+            hd = int(min(d[i, j], dc[i, j])) if by_hash[i, j] else None
             out.append((int(i + a), int(j + a), float(s[i, j]), hd))
     return out
 
@@ -177,6 +194,7 @@ def find_duplicates(
     n = len(snap)
     sha = snap.photo_meta.get("sha256") or [None] * n
     phash = snap.photo_meta.get("phash") or [None] * n
+    pcrops = snap.photo_meta.get("phash_crops") or [None] * n
     by_sha: dict[str, list[int]] = {}
     for pos, h in enumerate(sha):
         if h:
@@ -196,7 +214,8 @@ def find_duplicates(
         emb = np.asarray(snap.emb[snap.rows[reps]], np.float32)
         hashes = [phash[p] if hash_distance >= 0 else None for p in reps]
         candidate = CANDIDATE_DISTANCE if hash_distance >= 0 else -1
-        pairs = pairs_of(hashes, emb, hash_distance, threshold, candidate)
+        crops = [pcrops[p] if hash_distance >= 0 else None for p in reps]
+        pairs = pairs_of(hashes, emb, hash_distance, threshold, candidate, crops=crops)
         for comp in components(len(reps), [(i, j) for i, j, _, _ in pairs]):
             if len(comp) < 2:
                 continue

@@ -35,7 +35,8 @@ CREATE TABLE IF NOT EXISTS photo_meta (
     lat REAL,
     lon REAL,
     sha256 TEXT,
-    phash TEXT
+    phash TEXT,
+    phash_crops TEXT
 );
 CREATE TABLE IF NOT EXISTS sums (start INTEGER PRIMARY KEY, crcs BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS failed (

@@ -182,15 +182,17 @@ def _segments(db: sqlite3.Connection) -> list[tuple]:
         return []
 
 
-META_FIELDS = ("taken", "taken_from", "make", "model", "lat", "lon", "sha256", "phash")
+META_FIELDS = (
+    "taken", "taken_from", "make", "model", "lat", "lon", "sha256", "phash", "phash_crops"
+)  # fmt: skip
 
 
 def _photo_meta(db: sqlite3.Connection) -> list[tuple]:
     """``(file_id, *META_FIELDS)`` of every file that has them (none in an index made
     before they were recorded, opened read-only)."""
-    # a table from before perceptual hashes, or before content hashes too (read-only
+    # a table from before crop hashes, perceptual hashes or content hashes (read-only
     # here: no writer migrated it) lacks the last fields: None for them
-    for missing in range(3):
+    for missing in range(4):
         cols = META_FIELDS[: len(META_FIELDS) - missing]
         try:
             rows = db.execute(f"SELECT file_id, {', '.join(cols)} FROM photo_meta").fetchall()

@@ -52,7 +52,9 @@ def copy_groups(snap: Snapshot, hits: list[Hit]) -> list[list[int]]:
         if snap.unit_rows:  # near-duplicates: perceptual hashes, then unit image rows
             emb = np.asarray(snap.emb[snap.rows[pos]], np.float32)
             phash = snap.photo_meta.get("phash") or [None] * len(snap)
-            for a, b, _, _ in duplicates.pairs_of([phash[p] for p in pos], emb):
+            crops = snap.photo_meta.get("phash_crops") or [None] * len(snap)
+            pairs = duplicates.pairs_of([phash[p] for p in pos], emb, crops=[crops[p] for p in pos])
+            for a, b, _, _ in pairs:
                 join(photos[a], photos[b])
     groups: dict[int, list[int]] = {}
     for i in range(len(hits)):

@@ -190,6 +190,9 @@ class IndexStore(Integrity):
             if "phash" not in cols:  # from before perceptual hashes (index/phash.py)
                 w.execute("ALTER TABLE photo_meta ADD COLUMN phash TEXT")
                 w.commit()
+            if "phash_crops" not in cols:  # from before crop hashes (index/phash.py)
+                w.execute("ALTER TABLE photo_meta ADD COLUMN phash_crops TEXT")
+                w.commit()
             self._w = w
         return self._w
 

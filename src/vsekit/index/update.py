@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from vsekit.index.checksums import encoded_crcs, record
-from vsekit.index.phash import backfill_hashes, image_hash
+from vsekit.index.phash import backfill_hashes, crop_hashes, image_hash
 from vsekit.index.scan import match_by_content, match_moves, printable, scan_media
 from vsekit.index.schema import PATH, CollectionError, path_param, set_meta
 from vsekit.index.store import IndexStore
@@ -146,7 +146,7 @@ def update(
     with progress_bar(len(todo), "index", "file", show=progress and bool(todo)) as bar:
         for b in batches(todo):
             rep.embedded += b.embedded
-            commit_batch(store, w, b.ok, b.vecs, b.errors, known, rep, b.segs, b.phashes)
+            commit_batch(store, w, b.ok, b.vecs, b.errors, known, rep, b.segs, b.phashes, b.crops)
             done += b.files
             bar.update(b.files)
             if on_batch is not None:
@@ -187,6 +187,9 @@ class Batch:
     #: the perceptual hash of each file in ``ok`` (:mod:`vsekit.index.phash`; "" for a
     #: video); None: not computed (the update backfills them)
     phashes: list[str] | None = None
+    #: the crop hashes of each file in ``ok`` (:func:`vsekit.index.phash.crop_hashes`;
+    #: "" for a video); None: not computed (the update backfills them)
+    crops: list[str] | None = None
 
 
 #: ``todo`` (path, size, mtime_ns) -> the embedded batches, in any order
@@ -204,7 +207,7 @@ def embed_files(
     """Decode and embed ``files`` (path, size, mtime_ns): photos in one call of
     ``embed``, each video on its own (a clip row and its segments). A file that cannot
     be read is an error of the batch, not of the run."""
-    images, ok, errors, videos, embedded, phashes = [], [], [], [], 0, []
+    images, ok, errors, videos, embedded, phashes, crops = [], [], [], [], 0, [], []
     sampling = Sampling(every=FRAME_EVERY)
     for p, size, mtime in files:
         try:
@@ -216,6 +219,7 @@ def embed_files(
             else:
                 images.append(load_image(p, reduce_to))
                 phashes.append(image_hash(images[-1]))
+                crops.append(crop_hashes(images[-1]))
                 ok.append((p, size, mtime))
         except ImageError as e:
             errors.append((p, size, mtime, printable(str(e))))
@@ -226,7 +230,8 @@ def embed_files(
         ok += [f for f, _ in videos]
         vecs = np.concatenate([vecs, *(v.clip[None] for _, v in videos)])
     segs = [None] * (len(ok) - len(videos)) + [v for _, v in videos]
-    return Batch(ok, vecs, errors, segs, embedded, len(files), phashes + [""] * len(videos))
+    blank = [""] * len(videos)
+    return Batch(ok, vecs, errors, segs, embedded, len(files), phashes + blank, crops + blank)
 
 
 def local_batches(
@@ -283,6 +288,7 @@ def commit_batch(
     rep: UpdateReport,
     segs,
     phashes: list[str] | None = None,
+    crops: list[str] | None = None,
 ) -> None:
     """Append ``vecs`` (one row per file in ``ok``) and, for videos (``segs[j]`` a
     :class:`~vsekit.media.video.VideoVectors`), their segment rows after them; then make
@@ -331,7 +337,8 @@ def commit_batch(
             put_meta(w, file_id, metas[j])
             if phashes is not None:
                 w.execute(
-                    "UPDATE photo_meta SET phash = ? WHERE file_id = ?", (phashes[j], file_id)
+                    "UPDATE photo_meta SET phash = ?, phash_crops = ? WHERE file_id = ?",
+                    (phashes[j], crops[j] if crops is not None else None, file_id),
                 )
         for p, size, mtime, err in errors:
             if p in known:  # it changed and cannot be read: its old row must not stay

@@ -82,6 +82,31 @@ def test_cli_build_and_the_shipped_recipe_parses(tmp_path, capsys):
     assert [m.weights_sha256 for m in shipped.members] == pinned
 
 
+def test_build_ships_the_compact_caption_pool(tmp_path, flickr8k_root):
+    """A recipe with captions: the bundle carries the compact pool made for its weights
+    and captions, so a first annotate embeds none; its neighbours match the exact
+    pool's."""
+    import numpy as np
+
+    from vsekit.runtime.captions import CaptionPool
+    from vsekit.runtime.compact import COMPACT_FILE
+
+    captions = {"dataset": str(flickr8k_root), "split": "dev"}
+    recipe = write(tmp_path, members=members(tmp_path), captions=captions)
+    out = build(load_recipe(recipe), tmp_path / "built", tmp_path)
+    assert (out / COMPACT_FILE).is_file()
+    m = VSEModel.load(out)
+    pool = m.compact_pool
+    assert pool is not None and len(pool) == len(dict.fromkeys(m.captions)) > 1000
+    exact = CaptionPool(m, list(dict.fromkeys(m.captions)), cache=False).embeddings
+    rebuilt = pool.rows(np.arange(len(pool)))
+    assert np.abs(rebuilt - exact).max() < 0.05  # the same embeddings, compacted
+    q = exact[:50]
+    coords, off = pool.project(q)
+    scores = coords @ pool.z.astype(np.float32).T + off[:, None]
+    assert np.abs(scores - q @ exact.T).max() < 0.02  # what annotate ranks by
+
+
 def test_rebuilding_the_shipped_default_gives_its_fingerprint(tmp_path):
     """Needs the member runs and the tagger run (under ~/.cache/vsekit/runs/, made by
     `vse model build configs/default-model.yaml OUT --train`) and the 2-crop store, which

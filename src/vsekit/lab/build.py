@@ -24,6 +24,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from vsekit.config import ConfigError
+from vsekit.graphs.captions import write_pool
 from vsekit.lab.torch_model import VSEModel
 
 
@@ -260,6 +261,8 @@ def build(recipe: Recipe, out: str | Path, root: str | Path = ".") -> Path:
         model.save(tmp, captions=captions)
         if recipe.hubness is not None:
             _add_hubness(tmp, recipe.hubness, root, recipe.crops)
+        if captions:  # the pool a first `vse annotate` reads, with the hubness penalties
+            write_pool(VSEModel.load(tmp, device="cpu"), tmp, "the bundle's text encoder (PyTorch)")
         old = out.with_name(f".{out.name}.old")
         if out.exists():
             shutil.rmtree(old, ignore_errors=True)

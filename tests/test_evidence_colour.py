@@ -277,16 +277,25 @@ def test_the_rule_breaks_ties_towards_the_lower_weight():
 
 
 # -- vse index + vse search ------------------------------------------------------------------------
-def test_vse_index_stores_colour_evidence_and_vse_search_adds_it(tmp_path, capsys):
-    from tests.conftest import make_tiny_model, write_image
-    from vsekit.cli import main
+FUSION = {"weight": 0.1, "region": "cell", "norm": "raw", "by_length": True, "enabled": True}
+
+
+def _colour_bundle(tmp_path: Path) -> tuple[Path, dict, Path]:
+    """A tiny model's bundle with the colour source on, its fusion, an empty photo folder."""
+    from tests.conftest import make_tiny_model
 
     bundle = make_tiny_model().save(tmp_path / "bundle")
-    fusion = {"weight": 0.1, "region": "cell", "norm": "raw", "by_length": True,
-              "enabled": True}  # fmt: skip
-    (bundle / "evidence.json").write_text(json.dumps({"colour": {"rules": 1, "fusion": fusion}}))
+    (bundle / "evidence.json").write_text(json.dumps({"colour": {"rules": 1, "fusion": FUSION}}))
     photos = tmp_path / "photos"
     photos.mkdir()
+    return bundle, FUSION, photos
+
+
+def test_vse_index_stores_colour_evidence_and_vse_search_adds_it(tmp_path, capsys):
+    from tests.conftest import write_image
+    from vsekit.cli import main
+
+    bundle, fusion, photos = _colour_bundle(tmp_path)
     colours = {"red": (230, 10, 10), "blue": (20, 40, 220), "white": (245, 245, 245)}
     for name, rgb in colours.items():
         solid(rgb, (32, 32)).save(photos / f"{name}.png")
@@ -312,3 +321,34 @@ def test_vse_index_stores_colour_evidence_and_vse_search_adds_it(tmp_path, capsy
     for name in ("blue.png", "white.png"):
         assert with_red[name] == pytest.approx(without_red[name], abs=1e-6)
     assert next(iter(with_red)) == "red.png"
+
+
+def test_vse_index_decodes_each_photo_once_for_evidence(tmp_path, monkeypatch, capsys):
+    """The evidence of the photos an update embeds comes from the pixels it decoded
+    (the update's tap): fill_evidence decodes none of them again, and stores the same
+    arrays a decode of its own gives."""
+    from tests.conftest import write_image
+    from vsekit.cli import main
+    from vsekit.media import images as media_images
+
+    bundle, fusion, photos = _colour_bundle(tmp_path)
+    for i in range(5):
+        write_image(photos / f"p{i}.jpg", seed=i, size=64)
+    decoded: list[str] = []
+    real = media_images.load_image
+
+    def counting(src, reduce_to=None):
+        decoded.append(str(src))
+        return real(src, reduce_to)
+
+    monkeypatch.setattr(media_images, "load_image", counting)
+    monkeypatch.setattr("vsekit.index.update.load_image", counting)
+    idx = tmp_path / "idx"
+    assert main(["index", str(photos), "--model", str(bundle), "--index", str(idx), "--quiet"]) == 0
+    capsys.readouterr()
+    assert sorted(decoded) == sorted(str(p) for p in photos.iterdir())  # once each
+    ev = read_evidence(idx, "colour")
+    assert ev is not None and len(ev["paths"]) == 5
+    again = ColourNames(fusion).index(PhotoBatch(paths=list(ev["paths"]), decode_size=None))
+    for k, v in again.items():
+        assert np.allclose(ev[k], v, atol=1e-3), k

@@ -14,7 +14,7 @@ to be added to the CSLS bias the collection search already takes.
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -70,14 +70,17 @@ def fill_evidence(
     is_video: Callable[[str], bool] = lambda _: False,
     decode_size: int | None = None,
     progress: bool = False,
+    ready: Mapping[tuple[str, int, int], dict[str, np.ndarray]] | None = None,
 ) -> int:
     """Bring ``source``'s file in line with ``files`` (path, size, mtime_ns: the index's
     photos now): drop photos that are gone or changed, compute the missing ones in
     batches (:class:`~vsekit.evidence.PhotoBatch`: each photo decoded at ``decode_size``
     when the source reads pixels, and ``featurise(decoded images) -> [N, F]``, the
-    model's image features, when it reads features). Returns how many photos were
-    computed. A photo that cannot be decoded or featurised is left out (it is tried
-    again next time). ``progress``: a bar on stderr while photos are computed."""
+    model's image features, when it reads features). ``ready``: arrays already computed
+    for some photos, by key (an :class:`EvidenceTap` of the update that embedded them),
+    taken as they are. Returns how many photos were added (computed or ready). A photo
+    that cannot be decoded or featurised is left out (it is tried again next time).
+    ``progress``: a bar on stderr while photos are computed."""
     from vsekit.progress import progress_bar
 
     want = [f for f in files if not is_video(f[0])]
@@ -85,12 +88,21 @@ def fill_evidence(
     have: dict[tuple[str, int, int], int] = {}
     if old is not None:
         have = {k: i for i, k in enumerate(_key(old["paths"], old["sizes"], old["mtimes"]))}
-    todo = [f for f in want if tuple(f) not in have]
+    todo = [tuple(f) for f in want if tuple(f) not in have]
     keep = [have[tuple(f)] for f in want if tuple(f) in have]
     parts: list[dict[str, np.ndarray]] = []
     if old is not None and keep:
         parts.append({k: v[keep] for k, v in old.items()})
     done = 0
+    given = [f for f in todo if ready and f in ready]
+    if given:
+        names = list(ready[given[0]])
+        parts.append({"paths": np.array([p for p, _, _ in given], dtype=str),
+                      "sizes": np.array([s for _, s, _ in given], np.int64),
+                      "mtimes": np.array([m for _, _, m in given], np.int64),
+                      **{k: np.stack([ready[f][k] for f in given]) for k in names}})  # fmt: skip
+        done += len(given)
+        todo = [f for f in todo if f not in ready]
     with progress_bar(len(todo), f"evidence ({source.name})", "photo",
                       show=progress and bool(todo)) as bar:  # fmt: skip
         for a in range(0, len(todo), batch_size):
@@ -116,6 +128,40 @@ def fill_evidence(
     merged = {k: np.concatenate([p[k] for p in parts if k in p]) for k in names}
     write_evidence(index, source.name, merged)
     return done
+
+
+class EvidenceTap:
+    """Computes the evidence of photos an index update has decoded anyway (pass it as
+    the update's ``tap``), so that :func:`fill_evidence` decodes none of them again;
+    then :meth:`ready` for each source. A batch a source cannot index is left for
+    :func:`fill_evidence` to compute (nothing is lost). Small: a source's arrays are
+    ``[N, ...]`` of a few hundred bytes a photo."""
+
+    def __init__(
+        self,
+        sources: Sequence[EvidenceScorer],
+        featurise: Callable[[list], np.ndarray] | None = None,
+    ):
+        self.sources = list(sources)
+        self.featurise = featurise
+        self._got: dict[str, dict[tuple[str, int, int], dict[str, np.ndarray]]] = {
+            s.name: {} for s in self.sources
+        }
+
+    def __call__(self, files: list, images: list) -> None:
+        batch = PhotoBatch(images=images, featurise=self.featurise)
+        for src in self.sources:
+            try:
+                arr = src.index(batch)
+            except (OSError, ValueError):
+                continue
+            got = self._got[src.name]
+            for i, f in enumerate(files):
+                got[(str(f[0]), int(f[1]), int(f[2]))] = {k: v[i] for k, v in arr.items()}
+
+    def ready(self, source: str) -> dict[tuple[str, int, int], dict[str, np.ndarray]]:
+        """The arrays computed for ``source``, by (path, size, mtime_ns)."""
+        return self._got.get(source, {})
 
 
 def _batch(paths: list[str], featurise, decode_size) -> PhotoBatch:
@@ -203,13 +249,16 @@ def model_sources(model) -> list[EvidenceScorer]:
 
 
 def fill_index_evidence(
-    coll, model, sources: Sequence[EvidenceScorer] | None = None, progress: bool = False
+    coll,
+    model,
+    sources: Sequence[EvidenceScorer] | None = None,
+    progress: bool = False,
+    tap: EvidenceTap | None = None,
 ) -> int:
     """:func:`fill_evidence` of every enabled source of ``model`` for the photos of the
-    collection ``coll`` now (what ``vse index`` runs after an update). Returns the photos
-    computed. Note: each source decodes each new photo again (and a source that reads
-    features runs the backbone again); an index update that kept what it already
-    computes would make it free."""
+    collection ``coll`` now (what ``vse index`` runs after an update). ``tap``: the
+    :class:`EvidenceTap` the update ran with (its photos are not decoded again; a source
+    that reads features still runs the backbone once more). Returns the photos added."""
     from vsekit.media.video import is_video
 
     sources = model_sources(model) if sources is None else sources
@@ -218,5 +267,12 @@ def fill_index_evidence(
     snap = coll.snapshot
     files = [(p, int(s), int(m)) for p, (s, m) in zip(snap.paths, snap.stamps, strict=True)]
     return sum(fill_evidence(coll.path, files, src, model.image_features, is_video=is_video,
-                             decode_size=model.decode_size, progress=progress)
+                             decode_size=model.decode_size, progress=progress,
+                             ready=None if tap is None else tap.ready(src.name))
                for src in sources)  # fmt: skip
+
+
+def evidence_tap(model) -> EvidenceTap | None:
+    """An :class:`EvidenceTap` for ``model``'s enabled sources (None when it has none)."""
+    sources = model_sources(model)
+    return EvidenceTap(sources, model.image_features) if sources else None

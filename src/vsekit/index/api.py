@@ -15,6 +15,7 @@ from pathlib import Path
 
 from PIL import Image
 
+from vsekit.evidence.store import evidence_tap
 from vsekit.index.algebra import parse_query
 from vsekit.index.collection import Collection, Hit, UpdateReport, model_info
 from vsekit.index.filters import Filters
@@ -55,6 +56,7 @@ class PhotoIndex:
         """Embed the photos and videos under ``folder`` that are new or changed, drop the
         ones that are gone, and store each new photo's hubness penalty and evidence
         (:func:`vsekit.index.query.store_evidence`)."""
+        tap = evidence_tap(self.model)  # evidence from the pixels decoded for embedding
         rep = self.collection.update(
             folder,
             self.model.encode_image,
@@ -62,9 +64,10 @@ class PhotoIndex:
             progress,
             reduce_to=self.model.decode_size,
             exclude=exclude,
+            tap=tap,
         )
         store_caches(self.collection, self.model)
-        store_evidence(self.collection, self.model, progress)
+        store_evidence(self.collection, self.model, progress, tap)
         return rep
 
     def search(

@@ -257,16 +257,18 @@ class Collection:
         reduce_to: int | None = None,
         exclude: Sequence[str] = (),
         batches=None,
+        tap=None,
     ) -> UpdateReport:
         """Bring the index in line with the image files under ``root`` (see
         :func:`vsekit.index.update.update`; ``batches``: where embedded batches come
-        from, e.g. a Ray cluster); holds the writer lock throughout."""
+        from, e.g. a Ray cluster; ``tap``: shown each local batch's decoded photos);
+        holds the writer lock throughout."""
         root = Path(root).expanduser()
         if not root.is_dir():
             raise CollectionError(f"{root}: not a folder")
         with self.store.writer() as w:
             rep = update(self.store, w, root, embed, batch_size, progress, on_batch,
-                         reduce_to, exclude, batches)  # fmt: skip
+                         reduce_to, exclude, batches, tap)  # fmt: skip
             rep.replaced = self.store.replaced_at_lock
         self.refresh()
         return rep

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from vsekit.bundle import bundle_dir, precision_of
+from vsekit.evidence.store import EvidenceTap
 from vsekit.index.algebra import parse_query, query_vector
 from vsekit.index.collection import Collection, Hit, check_model, model_info
 from vsekit.index.filters import Filters
@@ -208,13 +209,17 @@ def store_caches(coll: Collection, model: BaseModel) -> None:
         coll.store_caches(model.image_penalty, hub.key)
 
 
-def store_evidence(coll: Collection, model: BaseModel, progress: bool = False) -> int:
+def store_evidence(
+    coll: Collection, model: BaseModel, progress: bool = False, tap: EvidenceTap | None = None
+) -> int:
     """What ``vse index`` stores after an update for each enabled evidence source of the
     model (:func:`vsekit.evidence.store.fill_index_evidence`): the new and changed
-    photos' per-photo arrays. Returns how many photos were computed."""
+    photos' per-photo arrays, those the update's ``tap`` computed
+    (:func:`~vsekit.evidence.store.evidence_tap`) as they are. Returns how many photos
+    were added."""
     from vsekit.evidence.store import fill_index_evidence
 
-    return fill_index_evidence(coll, model, progress=progress)
+    return fill_index_evidence(coll, model, progress=progress, tap=tap)
 
 
 def search_vector(

@@ -75,6 +75,7 @@ def update(
     reduce_to: int | None = None,
     exclude: Sequence[str] = (),
     batches: BatchSource | None = None,
+    tap: Tap | None = None,
 ) -> UpdateReport:
     """Index the files under ``root`` (the caller holds ``store.writer()`` as ``w``).
 
@@ -83,7 +84,8 @@ def update(
     to this short side (the model's ``decode_size``). ``batches``: where the embedded
     batches come from (default :func:`local_batches` with ``embed``; ``vse index --ray``
     gives :func:`vsekit.index.ray_index.ray_batches`); each is committed as it arrives,
-    so a killed run keeps every committed batch and the next one embeds only the rest."""
+    so a killed run keeps every committed batch and the next one embeds only the rest.
+    ``tap``: shown each batch's decoded photos (local batches only; see :data:`Tap`)."""
     t0 = time.perf_counter()
     rep = UpdateReport()
     store.backfill_sums(w)  # an index from before checksums: its rows get theirs
@@ -140,7 +142,7 @@ def update(
 
     unit_rows = store.similarity == "cosine"
     if batches is None:
-        batches = local_batches(embed, batch_size, reduce_to, unit_rows, store.dim)
+        batches = local_batches(embed, batch_size, reduce_to, unit_rows, store.dim, tap)
     done = 0
     # a bar on a terminal; piped or logged, a line every 10 s (not carriage returns)
     with progress_bar(len(todo), "index", "file", show=progress and bool(todo)) as bar:
@@ -194,6 +196,10 @@ class Batch:
 
 #: ``todo`` (path, size, mtime_ns) -> the embedded batches, in any order
 BatchSource = Callable[[list], Iterator[Batch]]
+#: ``(files, images)``: the (path, size, mtime_ns) of a batch's photos and their decoded
+#: images, as embedded; for what else is computed from the pixels without decoding them
+#: again (the evidence sources, :class:`vsekit.evidence.store.EvidenceTap`)
+Tap = Callable[[list, list], None]
 
 
 def embed_files(
@@ -203,6 +209,7 @@ def embed_files(
     unit_rows: bool,
     dim: int,
     batch_size: int = 16,
+    tap: Tap | None = None,
 ) -> Batch:
     """Decode and embed ``files`` (path, size, mtime_ns): photos in one call of
     ``embed``, each video on its own (a clip row and its segments). A file that cannot
@@ -224,6 +231,8 @@ def embed_files(
         except ImageError as e:
             errors.append((p, size, mtime, printable(str(e))))
     vecs = embed(images) if images else np.zeros((0, dim), np.float32)
+    if tap is not None and images:
+        tap(list(ok), images)
     embedded += len(images)
     vecs = np.asarray(vecs, np.float32).reshape(-1, dim)
     if videos:
@@ -240,13 +249,14 @@ def local_batches(
     reduce_to: int | None,
     unit_rows: bool,
     dim: int,
+    tap: Tap | None = None,
 ) -> BatchSource:
     """This process embeds ``todo`` in order, ``batch_size`` files at a time."""
 
     def source(todo: list) -> Iterator[Batch]:
         for a in range(0, len(todo), batch_size):
             yield embed_files(todo[a : a + batch_size], embed, reduce_to, unit_rows, dim,
-                              batch_size)  # fmt: skip
+                              batch_size, tap)  # fmt: skip
 
     return source
 

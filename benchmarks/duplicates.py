@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -459,7 +460,7 @@ def main() -> None:
     out = record(
         Path(__file__).with_name(f"duplicates{suffix}.json"),
         {
-            "command": "python benchmarks/duplicates.py " + " ".join(sys.argv[1:]),
+            "command": shlex.join(["python", "benchmarks/duplicates.py", *sys.argv[1:]]),
             "cpu_shared": args.cpu_shared or "no (nothing else was declared running)",
             "seconds": round(time.perf_counter() - t0, 1),
             "model": model.info.get("name", "default"),

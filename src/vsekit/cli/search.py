@@ -24,6 +24,12 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--k", type=positive_int, default=20)
     p.add_argument("--method", default="auto", choices=["auto", "exact", "faiss"])
     p.add_argument(
+        "--exact",
+        action="store_true",
+        help="search the words as typed (by default misspellings and informal forms of "
+        "words the model does not know are corrected, and the note says so)",
+    )
+    p.add_argument(
         "--no-stack",
         dest="stack",
         action="store_false",
@@ -52,7 +58,8 @@ def _search(args: argparse.Namespace) -> int:
     from vsekit.index.query import check_query
     from vsekit.index.scan import path_fields, shown
     from vsekit.media.images import open_regular
-    from vsekit.text.notes import weak_note
+    from vsekit.text.notes import correction_note, weak_note
+    from vsekit.text.spelling import Normalised
 
     if (args.query is None) == (args.image is None):
         raise ValueError("give either a text query or --image FILE")
@@ -64,14 +71,20 @@ def _search(args: argparse.Namespace) -> int:
     index = open_index(args.index, args.model)  # the Python API's front door
     # copies are stacked for reading; JSON and pipes keep every file in its place
     stack = args.stack and not (args.json or args.paths_only)
+    searched = None
     if args.query is not None:
-        unknown = index.unknown_words(args.query)
+        fix = Normalised(args.query) if args.exact else index.correct(args.query)
+        searched = fix.text
+        if fix.changes:
+            print(correction_note(searched, fix.changes, "--exact for the words as typed"),
+                  file=sys.stderr)  # fmt: skip
+        unknown = index.unknown_words(searched)
         if unknown:
             print(f"note: the model does not know {', '.join(unknown)}", file=sys.stderr)
-        note = weak_note(index.weak_words(args.query))
+        note = weak_note(index.weak_words(searched))
         if note:
             print(note, file=sys.stderr)
-        hits = index.search(args.query, args.k, args.method, filters, stack)
+        hits = index.search(searched, args.k, args.method, filters, stack, exact=True)
     else:
         hits = index.search(Path(args.image), args.k, args.method, filters, stack)
     if not hits and filters:
@@ -83,7 +96,9 @@ def _search(args: argparse.Namespace) -> int:
         from vsekit.index.stacking import copy_ids
 
         same = copy_ids(index.collection.snapshot, hits) if args.stack else [[]] * len(hits)
-        print(json.dumps([{**h.__dict__, **path_fields(h.path), "copies": c}
+        # a text search's hits name the query as searched (after any correction)
+        said = {} if searched is None else {"searched": searched}
+        print(json.dumps([{**h.__dict__, **path_fields(h.path), "copies": c, **said}
                           for h, c in zip(hits, same, strict=True)], indent=2))  # fmt: skip
     elif args.paths_only:  # for pipes: the file-system bytes, so xargs finds the file
         import os

@@ -22,6 +22,7 @@ from vsekit.index.filters import Filters
 from vsekit.index.query import (
     check_query,
     check_words,
+    correct_query,
     open_collection,
     search_image,
     search_text,
@@ -29,6 +30,7 @@ from vsekit.index.query import (
     store_evidence,
 )
 from vsekit.runtime import BaseModel, load_model
+from vsekit.text.spelling import Normalised
 
 
 class PhotoIndex:
@@ -77,6 +79,7 @@ class PhotoIndex:
         method: str = "auto",
         filters: Filters | None = None,
         stack: bool = False,
+        exact: bool = False,
     ) -> list[Hit]:
         """Photos best matching ``query``: a sentence or a sum of terms (``str``, see
         :mod:`vsekit.index.algebra`), or an image (a :class:`pathlib.Path` or a PIL
@@ -84,10 +87,20 @@ class PhotoIndex:
         (``Filters.parse(after="2019-06", camera="pixel")``). ``stack``: copies of one
         photo make one hit, the others in its ``copies`` (:mod:`vsekit.index.stacking`).
         A text query's hits carry a relevance cue (``strong``/``weak``/``none``) where
-        the model ships a calibration."""
+        the model ships a calibration. A text query is searched as :meth:`correct`
+        rewrites it (misspellings and informal forms of words the model does not know),
+        as ``vse search`` searches it, unless ``exact``."""
         if isinstance(query, str):
+            if not exact:
+                query = self.correct(query).text
             return search_text(self.collection, self.model, query, k, method, filters, stack)
         return search_image(self.collection, self.model, query, k, method, filters, stack)
+
+    def correct(self, query: str) -> Normalised:
+        """The text query as :meth:`search` reads it and the words it rewrote
+        (:func:`vsekit.index.query.correct_query`): ``index.correct("kid on
+        skatebord").text == "kid on skateboard"``."""
+        return correct_query(self.model, query)
 
     def unknown_words(self, query: str) -> list[str]:
         """The words of a text query (each term of a sum) the model does not know: it

@@ -19,6 +19,7 @@ from vsekit.index.snapshot import Snapshot
 from vsekit.index.stacking import stacked_search
 from vsekit.runtime import BaseModel, ModelError, load_model
 from vsekit.runtime.relevance import model_relevance
+from vsekit.text.spelling import Normalised, speller_for
 
 MAX_QUERY_CHARS = 500
 MAX_K = 1000
@@ -46,6 +47,32 @@ def check_words(model: BaseModel, text: str) -> list[str]:
     if unknown and not known:
         raise ValueError(f"query: the model knows none of its words ({', '.join(unknown)})")
     return unknown
+
+
+def correct_query(model: BaseModel, text: str, allow_paths: bool = True) -> Normalised:
+    """The query as search reads it: in each sentence term, the informal forms and
+    misspellings of words the model does not know (or knows only weakly) rewritten to
+    words it learnt (:mod:`vsekit.text.spelling`), with the changes made; the rest of
+    the query (operators, weights, ``#ID``, paths) as typed. Unchanged for a model that
+    reads word pieces alone (it has no training-word counts). ValueError for a
+    malformed query, as :func:`embed_query` raises."""
+    q = check_query(text)
+    vocab = model.text_vocabulary
+    if vocab is None:
+        return Normalised(q)
+    speller = speller_for(vocab)
+    parts, changes, at = [], [], 0
+    for t in parse_query(q, allow_paths):
+        if t.text is None:
+            continue
+        start = q.index(t.text, at)  # a term's text is a piece of the query as typed
+        fixed = speller.normalise(t.text)
+        parts += [q[at:start], fixed.text]
+        changes += fixed.changes
+        at = start + len(t.text)
+    if not changes:
+        return Normalised(q)
+    return Normalised(check_query("".join([*parts, q[at:]])), tuple(changes))
 
 
 def check_k(k: int) -> int:

@@ -1,6 +1,9 @@
-"""What search says about the words of a query the model knows only weakly."""
+"""What search says about the words of a query: those the model knows only weakly, and
+those it rewrote."""
 
 from __future__ import annotations
+
+from vsekit.text.spelling import Change
 
 
 def weak_note(weak: list[tuple[str, int]]) -> str | None:
@@ -22,3 +25,19 @@ def weak_note(weak: list[tuple[str, int]]) -> str | None:
     if rare:
         parts.append(f"{'it' if analogy else 'the model'} saw {', '.join(rare)}")
     return f"note: {'; '.join(parts)}: results may be weak"
+
+
+def correction_note(text: str, changes: list[Change] | tuple[Change, ...], hint: str = "") -> str:
+    """One line saying what a search searched for and what it rewrote, or "" when it
+    rewrote nothing::
+
+    searching for "kid on skateboard" (corrected from "skatebord"; left out "lol")
+    """
+    if not changes:
+        return ""
+    fixed = [f'"{c.word}"' for c in changes if c.to]
+    dropped = [f'"{c.word}"' for c in changes if not c.to]
+    parts = ([f"corrected from {', '.join(fixed)}"] if fixed else []) + (
+        [f"left out {', '.join(dropped)}"] if dropped else []
+    )
+    return f'searching for "{text}" ({"; ".join([*parts, *([hint] if hint else [])])})'

@@ -11,6 +11,7 @@ from vsekit.index.query import (
     MAX_K,
     MAX_QUERY_CHARS,
     check_query,
+    correct_query,
     embed_query,
     has_text,
     search_text_embedding,
@@ -19,6 +20,7 @@ from vsekit.index.query import (
 from vsekit.index.schema import DamagedIndex
 from vsekit.serve.errors import ApiError
 from vsekit.serve.state import Service, hit_json, service
+from vsekit.text.spelling import Normalised
 
 router = APIRouter()
 Svc = Annotated[Service, Depends(service)]
@@ -49,6 +51,7 @@ def search(
     camera: Annotated[str | None, Query(max_length=100)] = None,
     near: Annotated[str | None, Query(max_length=60)] = None,
     stack: bool = False,
+    exact: bool = False,
 ) -> dict:
     """Photos and videos for a text query (a video hit names the ``start`` and ``end``
     of its best segment, in seconds). Query algebra: ``"a dog" + "beach" - "snow"``,
@@ -59,10 +62,14 @@ def search(
     the query has no sentence, only photo terms).
     ``stack=true`` (what the page asks): copies of one photo (same content or
     near-duplicates) are one result, the others listed in its ``copies`` (each a result
-    of its own); by default every file is its own result and ``copies`` is empty."""
+    of its own); by default every file is its own result and ``copies`` is empty.
+    Misspellings and informal forms of words the model does not know are corrected
+    (``searched``: the query as searched; ``corrections``: each word's ``from``, ``to``
+    and ``why``) unless ``exact=true``."""
     try:  # the model is read-only: encode outside the collection's lock
         q = check_query(q)
-        emb, _ = embed_query(svc.model, q, svc.embedding_of, allow_paths=False)
+        fix = Normalised(q) if exact else correct_query(svc.model, q, allow_paths=False)
+        emb, _ = embed_query(svc.model, fix.text, svc.embedding_of, allow_paths=False)
         filters = Filters.parse(after, before, camera, near)
     except DamagedIndex as e:  # a damaged stored row (#ID): the index's fault
         raise ApiError(503, str(e)) from e
@@ -70,8 +77,10 @@ def search(
         raise ApiError(400, str(e)) from e
     cue = has_text(q, allow_paths=False)  # photo terms alone (#ID) get no cue
     found = svc.hits(search_text_embedding, emb, k, filters=filters, stack=stack, cue=cue,
-                     text=q)  # fmt: skip
-    return {"query": q, "results": [hit_json(h, svc.roots_for_display()) for h in found]}
+                     text=fix.text)  # fmt: skip
+    return {"query": q, "searched": fix.text,
+            "corrections": [c.as_dict() for c in fix.changes],
+            "results": [hit_json(h, svc.roots_for_display()) for h in found]}  # fmt: skip
 
 
 @router.post("/search/image")

@@ -9,17 +9,20 @@ P@5, P@10 and nDCG@10 (binary relevance) per category and overall.
 
 The scorer is pluggable: a function ``(query texts, image ids) -> scores [Q, N]`` (image
 ids are file names under ``flickr8k/images``). ``default`` is the shipped model as
-``vse search`` ranks: the query through the query parser and text encoder, each photo's
-embedding as ``vse index`` makes it, the model's similarity less each photo's CSLS
-penalty. Another scorer is ``--scorer path/to/file.py:factory`` or
+``vse search`` ranks: the query corrected as search corrects it (misspellings and
+informal forms, :func:`vsekit.index.query.correct_query`), through the query parser and
+text encoder, each photo's embedding as ``vse index`` makes it, the model's similarity
+less each photo's CSLS penalty; ``default-exact`` searches the words as typed (``vse
+search --exact``). Another scorer is ``--scorer path/to/file.py:factory`` or
 ``--scorer package.module:factory``, where ``factory()`` returns the scorer (and may
 carry a ``name`` attribute). Each scorer's figures are kept under its name in the JSON.
 
 Photo embeddings are cached under ``~/.cache/vsekit/query_benchmark`` (by model
 fingerprint and precision), never in the repo.
 
-Run: python benchmarks/query_scoreboard.py [--scorer default|FILE.py:FACTORY|MOD:FACTORY]
-[--model BUNDLE] [--split dev|slice|both]
+Run: python benchmarks/query_scoreboard.py
+[--scorer default|default-exact|FILE.py:FACTORY|MOD:FACTORY] [--model BUNDLE]
+[--split dev|slice|both]
 """
 
 from __future__ import annotations
@@ -179,13 +182,14 @@ def cached_photos(model, ids: Sequence[str], encode, kind: str = "") -> np.ndarr
     return out
 
 
-def default_scorer(model_name: str = "default") -> Scorer:
+def default_scorer(model_name: str = "default", exact: bool = False) -> Scorer:
     """The shipped model as ``vse search`` ranks: each photo embedded as ``vse index``
-    embeds it (cached by model fingerprint and image precision), the query embedded as
-    the search command embeds it (:func:`vsekit.index.query.embed_query`), scored with
-    the model's similarity less each photo's CSLS penalty."""
+    embeds it (cached by model fingerprint and image precision), the query corrected
+    (unless ``exact``) and embedded as the search command does
+    (:func:`vsekit.index.query.correct_query`, :func:`~vsekit.index.query.embed_query`),
+    scored with the model's similarity less each photo's CSLS penalty."""
     import vsekit
-    from vsekit.index.query import embed_query
+    from vsekit.index.query import correct_query, embed_query
 
     model = vsekit.load_model(model_name)
     choice = getattr(model, "precision_choice", None)
@@ -196,13 +200,14 @@ def default_scorer(model_name: str = "default") -> Scorer:
         out = np.full((len(texts), len(ids)), -np.inf, np.float32)
         for j, t in enumerate(texts):
             try:
-                q = embed_query(model, t)[0]
+                q = embed_query(model, t if exact else correct_query(model, t).text)[0]
             except ValueError:  # search refuses it (no known word): the user sees nothing
                 continue
             out[j] = model.similarity(img, q)[:, 0] + bias[0]
         return out
 
     score.name = "default" if model_name == "default" else f"default:{Path(model_name).name}"
+    score.name += "-exact" if exact else ""
     score.describe = {"model_name": model.info.get("name"), "model_fingerprint": model.fingerprint,
                       "backend": getattr(model, "backend", None),
                       "precision": None if choice is None else choice.as_dict()}  # fmt: skip
@@ -210,10 +215,10 @@ def default_scorer(model_name: str = "default") -> Scorer:
 
 
 def load_scorer(spec: str, model: str) -> Scorer:
-    """``default`` or ``FILE.py:FACTORY`` / ``MODULE:FACTORY`` (``FACTORY()`` returns the
-    scorer)."""
-    if spec == "default":
-        return default_scorer(model)
+    """``default``, ``default-exact`` or ``FILE.py:FACTORY`` / ``MODULE:FACTORY``
+    (``FACTORY()`` returns the scorer)."""
+    if spec in ("default", "default-exact"):
+        return default_scorer(model, exact=spec == "default-exact")
     where, _, attr = spec.rpartition(":")
     if not where or not attr:
         raise ValueError(f"--scorer: use default, FILE.py:FACTORY or MODULE:FACTORY, not {spec!r}")

@@ -80,7 +80,7 @@ class SpellingRule:
 
     #: the largest edit distance of a spelling correction: "0" (none: informal forms
     #: only), "1", "2", or "len" (1 for words of 3 to 5 letters, 2 from 6)
-    max_distance: str = "len"
+    max_distance: str = "1"
     #: a correction's target is a training word seen in at least this many captions
     min_count: int = 10
     #: spelling may also rewrite words known only by analogy (the vocabulary
@@ -109,8 +109,10 @@ class SpellingRule:
         return f"distance {self.max_distance}, targets seen >= {self.min_count}, unknown{words}"
 
 
-#: the rule search uses, chosen on the train slice (benchmarks/query_spelling.json)
-DEFAULT_RULE = SpellingRule(max_distance="len", min_count=10)
+#: the rule search uses, chosen on the train slice by benchmarks/query_spelling.py's
+#: declared rule (one edit, to words seen in 10 or more training captions, of unknown
+#: words only: typo'd slice captions' R@1+5+10 245.2 -> 282.1, clean ones' 290.0 kept)
+DEFAULT_RULE = SpellingRule(max_distance="1", min_count=10)
 
 
 @dataclass(frozen=True)

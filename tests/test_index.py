@@ -151,6 +151,18 @@ def test_incremental_update_add_change_delete(tmp_path):
         Collection(tmp_path / "nothing")
 
 
+def test_another_precision_of_the_same_model_is_named_in_the_refusal(tmp_path):
+    """An index made at int8 and opened by the same model at fp32 (VSEKIT_PRECISION):
+    the refusal names both precisions, not two fingerprints of one name."""
+    int8 = dict(INFO, precision="int8")
+    Collection(tmp_path / "idx", int8).close()
+    with pytest.raises(CollectionError, match="at int8 precision, and this run uses fp32"):
+        Collection(tmp_path / "idx", dict(int8, fingerprint="f32f32", precision="fp32"))
+    with pytest.raises(CollectionError, match="another version of it, or another precision"):
+        Collection(tmp_path / "idx", dict(INFO, fingerprint="newer"))  # no precision known
+    Collection(tmp_path / "idx", int8).close()  # the same: opens
+
+
 def test_moved_and_renamed_files_keep_their_embeddings(tmp_path):
     old = tmp_path / "old"
     for i in range(4):

@@ -52,12 +52,14 @@ EXAMPLES = {
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Each option's default after its help (unless None or off); the example keeps its
-    line breaks."""
+    """Each option's default after its help (unless None or off, or the option is a
+    switch, whose default is its absence); the example keeps its line breaks."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         h = (action.help or "").strip()
-        shown = action.default not in (None, False, [], argparse.SUPPRESS) and action.option_strings
+        switch = isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction))
+        shown = (action.default not in (None, False, [], argparse.SUPPRESS)
+                 and action.option_strings and not switch)  # fmt: skip
         if shown and "%(default)" not in h and "default" not in h:
             h = f"{h} (default: %(default)s)".strip()
         return h

@@ -92,9 +92,11 @@ def _duplicates(args: argparse.Namespace) -> int:
         if g.kind == "exact":
             how = "same content"
         else:
-            how = f"similarity >= {g.similarity:.3f}"
+            # the group's least alike pair (not a threshold: --threshold is the
+            # embedding stage's), and how far the hash stage let its pairs be
+            how = f"least alike pair at cosine {g.similarity:.3f}"
             if g.hash_distance is not None:
-                how += f", hashes <= {g.hash_distance} bits apart"
+                how += f", hashes at most {g.hash_distance} bits apart"
         print(f"{g.kind} ({len(g.paths)} files, {how}):")
         for p in g.paths:
             print(f"  {shown(p)}")

@@ -241,7 +241,7 @@ def _index(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"index": str(index), "images": len(coll), **asdict(rep)}, indent=2))
     else:
-        print(f"{index}: {rep.summary()}; {len(coll)} images indexed")
+        print(f"{index}: {rep.summary()}; {len(coll):,} images indexed")
     if coll.store.storage == "f32" and len(coll) >= INT8_HINT_ROWS:
         gb = len(coll) * coll.dim * 4 / 1e9
         print(f"hint: {index} holds {gb:.1f} GB of float32 rows; `--storage int8 --rebuild` "
@@ -270,7 +270,7 @@ def _watch(args: argparse.Namespace, coll, fill) -> int:
 
     def report(rep) -> None:
         report_skipped(rep.failed, args.verbose)
-        print(f"{time.strftime('%H:%M:%S')} {rep.summary()}; {len(coll)} images indexed",
+        print(f"{time.strftime('%H:%M:%S')} {rep.summary()}; {len(coll):,} images indexed",
               flush=True)  # fmt: skip
 
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: a normal end

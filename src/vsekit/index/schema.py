@@ -85,9 +85,19 @@ def set_meta(w: sqlite3.Connection, **kv) -> None:
 def check_model(index: Path, meta: dict[str, str], model_info: dict) -> None:
     """The one check that an index and a model belong together: CollectionError naming
     both fingerprints when the model's embeddings are not the index's."""
-    if model_info["fingerprint"] != meta["fingerprint"]:
+    if model_info["fingerprint"] == meta["fingerprint"]:
+        return
+    was, now = meta.get("precision") or None, model_info.get("precision")
+    if meta["model"] == model_info["name"] and was and now and was != now:
         raise CollectionError(
-            f"{index}: built with model {meta['model']!r} ({meta['fingerprint']}), "
-            f"not {model_info['name']!r} ({model_info['fingerprint']}); "
-            "use that model or rebuild the index with --rebuild"
+            f"{index}: built with model {meta['model']!r} at {was} precision, and this run "
+            f"uses {now} (VSEKIT_PRECISION or --precision): use {was}, or rebuild the index "
+            "with --rebuild"
         )
+    why = " (another version of it, or another precision)" if meta["model"] == model_info[
+        "name"] else ""  # fmt: skip
+    raise CollectionError(
+        f"{index}: built with model {meta['model']!r} ({meta['fingerprint']}), "
+        f"not {model_info['name']!r} ({model_info['fingerprint']}){why}; "
+        "use that model or rebuild the index with --rebuild"
+    )

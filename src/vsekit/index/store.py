@@ -215,6 +215,7 @@ class IndexStore(Integrity):
                          fingerprint=model_info["fingerprint"], dim=int(model_info["dim"]),
                          similarity=model_info.get("similarity", "cosine"),
                          storage=check_storage(model_info.get("storage", "f32")),
+                         precision=model_info.get("precision") or "",
                          generation=int(generation), rows=0)  # fmt: skip
 
     @contextlib.contextmanager

@@ -53,12 +53,12 @@ class UpdateReport:
 
     def summary(self) -> str:
         return (
-            f"{self.scanned} files: {self.added} added, {self.updated} updated, "
-            f"{self.removed} removed, {self.moved} moved, {self.unchanged} unchanged, "
-            f"{len(self.failed)} failed"
+            f"{self.scanned:,} files: {self.added:,} added, {self.updated:,} updated, "
+            f"{self.removed:,} removed, {self.moved:,} moved, {self.unchanged:,} unchanged, "
+            f"{len(self.failed):,} failed"
             + (f" ({self.dropped} changed and cannot be read now: dropped from the index)"
                if self.dropped else "")
-            + f" ({self.seconds:.1f} s)"
+            + f" ({self.seconds:.1f} s in all)"
             + ("; the index was rebuilt by another process while this one waited, and these"
                " counts are against the rebuilt index" if self.replaced else "")
         )  # fmt: skip

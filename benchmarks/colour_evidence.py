@@ -216,7 +216,7 @@ def scorer():
     (:func:`vsekit.evidence.fuse`) with the bonus of the bundle's recorded setting."""
     from vsekit.evidence import fuse
 
-    base = default_scorer()
+    base = default_scorer(evidence_sources=False)
     src = _source()
 
     def score(texts: Sequence[str], ids: Sequence[str]) -> np.ndarray:
@@ -240,7 +240,7 @@ def sweep() -> dict:
 
     ids = split_images("slice")
     shares = photo_shares(ids)
-    base = default_scorer()
+    base = default_scorer(evidence_sources=False)
     queries = load_queries(SPLIT_FILES["slice"])
     texts = [q["text"] for q in queries]
     s0 = base(texts, ids)
@@ -348,7 +348,7 @@ def dev() -> dict:
     ev = {src.name: {"shares": shares}}
     queries = load_queries(SPLIT_FILES["dev"])
     texts = [q["text"] for q in queries]
-    s0 = default_scorer()(texts, ids)
+    s0 = default_scorer(evidence_sources=False)(texts, ids)
     board = {}
     for label, s in (("without", s0), ("with", fuse(s0, texts, [src], ev))):
         res = evaluate(queries, ids, s)

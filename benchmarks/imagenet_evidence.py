@@ -94,7 +94,7 @@ def scorer():
     import vsekit
     from vsekit.evidence import PhotoBatch, fuse
 
-    base = default_scorer()
+    base = default_scorer(evidence_sources=False)
     model = vsekit.load_model("default")
     src = _source()
 
@@ -165,7 +165,7 @@ def sweep() -> dict:
     queries = load_queries(SPLIT_FILES["slice"])
     texts = [q["text"] for q in queries]
     ids = split_images("slice")
-    base = default_scorer()
+    base = default_scorer(evidence_sources=False)
     s0 = base(texts, ids)
     model = vsekit.load_model("default")
     src = _source()
@@ -280,7 +280,7 @@ def dev_sensitivity() -> dict:
     queries = load_queries(SPLIT_FILES["dev"])
     texts = [q["text"] for q in queries]
     ids = split_images("dev")
-    s0 = default_scorer()(texts, ids)
+    s0 = default_scorer(evidence_sources=False)(texts, ids)
     model = vsekit.load_model("default")
     src = _source()
     ev = {src.name: src.index(PhotoBatch(features=photo_features(model, ids)))}

@@ -182,35 +182,63 @@ def cached_photos(model, ids: Sequence[str], encode, kind: str = "") -> np.ndarr
     return out
 
 
-def default_scorer(model_name: str = "default", exact: bool = False) -> Scorer:
+def default_scorer(
+    model_name: str = "default", exact: bool = False, evidence_sources: bool = True
+) -> Scorer:
     """The shipped model as ``vse search`` ranks: each photo embedded as ``vse index``
     embeds it (cached by model fingerprint and image precision), the query corrected
     (unless ``exact``) and embedded as the search command does
     (:func:`vsekit.index.query.correct_query`, :func:`~vsekit.index.query.embed_query`),
-    scored with the model's similarity less each photo's CSLS penalty."""
+    scored with the model's similarity less each photo's CSLS penalty, plus the bonus of
+    the model's enabled evidence sources for the query's text
+    (:func:`~vsekit.index.query.evidence_text`), each photo's evidence computed as ``vse
+    index`` computes it (``evidence_sources=False``: the model alone, the base each
+    evidence source's own benchmark adds its bonus to)."""
     import vsekit
-    from vsekit.index.query import correct_query, embed_query
+    from vsekit.evidence import PhotoBatch
+    from vsekit.evidence.store import model_sources
+    from vsekit.index.query import correct_query, embed_query, evidence_text
 
     model = vsekit.load_model(model_name)
     choice = getattr(model, "precision_choice", None)
+    sources = model_sources(model) if evidence_sources else []
+    evidence: dict[tuple[str, tuple[str, ...]], dict] = {}
+
+    def photo_evidence(src, ids: Sequence[str]) -> dict:
+        key = (src.name, tuple(ids))
+        if key not in evidence:
+            parts = []
+            for a in range(0, len(ids), 64):
+                paths = [str(FLICKR8K / "images" / i) for i in ids[a : a + 64]]
+                parts.append(src.index(PhotoBatch(paths=paths, featurise=model.image_features,
+                                                  decode_size=model.decode_size)))  # fmt: skip
+            evidence[key] = {k: np.concatenate([x[k] for x in parts]) for k in parts[0]}
+        return evidence[key]
 
     def score(texts: Sequence[str], ids: Sequence[str]) -> np.ndarray:
         img = cached_photos(model, ids, model.encode_image)
         bias = -model.image_penalty(img)[None, :]
         out = np.full((len(texts), len(ids)), -np.inf, np.float32)
         for j, t in enumerate(texts):
+            searched = t if exact else correct_query(model, t).text
             try:
-                q = embed_query(model, t if exact else correct_query(model, t).text)[0]
+                q = embed_query(model, searched)[0]
             except ValueError:  # search refuses it (no known word): the user sees nothing
                 continue
             out[j] = model.similarity(img, q)[:, 0] + bias[0]
+            words = evidence_text(searched) if sources else ""
+            for src in sources if words else ():
+                bonus = src.score(words, photo_evidence(src, ids))
+                if bonus is not None:
+                    out[j] += np.asarray(bonus, np.float32)
         return out
 
     score.name = "default" if model_name == "default" else f"default:{Path(model_name).name}"
     score.name += "-exact" if exact else ""
     score.describe = {"model_name": model.info.get("name"), "model_fingerprint": model.fingerprint,
                       "backend": getattr(model, "backend", None),
-                      "precision": None if choice is None else choice.as_dict()}  # fmt: skip
+                      "precision": None if choice is None else choice.as_dict(),
+                      "evidence": [src.name for src in sources]}  # fmt: skip
     return score
 
 

@@ -245,6 +245,79 @@ def test_text_hits_carry_the_cue_image_hits_do_not(bundle_and_index):
     assert all(h.cue is not None for h in mixed)
 
 
+def calibrate_short(bundle: Path, fingerprint: str, sentence: tuple, short: tuple,
+                    max_words: int = 4) -> None:  # fmt: skip
+    """``relevance.json`` with a sentence pair and a short queries' pair (fp32)."""
+    cal = {"strong": sentence[0], "weak": sentence[1], "model_fingerprint": fingerprint,
+           "short": {"strong": short[0], "weak": short[1]}}  # fmt: skip
+    write_relevance(bundle, {"by_precision": {"fp32": cal}, "rule": {}, "score": "test",
+                             "command": "test",
+                             "short_queries": {"max_words": max_words}})  # fmt: skip
+
+
+def test_short_queries_are_read_with_the_short_pair(tmp_path):
+    from vsekit.index.query import query_words
+
+    assert [query_words(q) for q in ("a dog", "two young girls", "#12", '"a dog" + "beach"',
+                                     "A dog's ball, in the snow.")] == [2, 3, 0, 3, 7]  # fmt: skip
+    rel = Relevance(0.23, 0.15, short=Relevance(0.12, 0.07), short_words=4)
+    # "a dog" (2 words) reads 0.14 as strong; a sentence, and a query of unknown length
+    # (the sentence pair), as none
+    assert rel.cue(0.14, query_words("a dog")) == "strong"
+    assert rel.cue(0.10, 4) == "weak" and rel.cue(0.05, 1) == "none"
+    assert rel.cue(0.14, query_words("a black dog runs across the grass")) == "none"
+    assert rel.cue(0.14) == "none" and rel.cue(0.14, 5) == "none"
+    assert rel.bands(2) == Relevance(0.12, 0.07) and rel.bands(0) is rel
+    # the bundle file: the short pair and the boundary are read with the sentence pair
+    bundle = make_tiny_model(CAPTIONS).save(tmp_path / "m")
+    calibrate_short(bundle, "f" * 16, (0.23, 0.15), (0.12, 0.07))
+    assert read_relevance(bundle, "f" * 16, "fp32") == rel
+    verify_bundle(bundle)
+    calibrate_short(bundle, "f" * 16, (0.23, 0.15), (0.07, 0.12))
+    with pytest.raises(ValueError, match="weak threshold 0.12 above strong 0.07"):
+        read_relevance(bundle, "f" * 16, "fp32")
+    # a file from before the short pair: every query is read with the sentence pair
+    calibrate(bundle, "f" * 16, 0.23, 0.15)
+    old = read_relevance(bundle, "f" * 16, "fp32")
+    assert old == Relevance(0.23, 0.15) and old.cue(0.14, 2) == "none"
+    assert "short" not in json.loads((bundle / RELEVANCE_FILE).read_text())["by_precision"]["fp32"]
+
+
+def test_cli_index_then_search_picks_the_pair_by_query_length(tmp_path, capsys):
+    """``vse index`` then ``vse search``: a two-word query gets the short pair's cue, a
+    sentence the sentence pair's; a bundle whose file has no short pair gives both the
+    sentence pair's; ``--json`` keeps the raw score."""
+    import vsekit
+    from tests.conftest import write_image
+    from vsekit.cli import main
+
+    bundle = make_tiny_model(CAPTIONS).save(tmp_path / "m")
+    fp = vsekit.load_model(str(bundle), backend="torch").fingerprint
+    for i in range(4):
+        write_image(tmp_path / "photos" / f"{i}.png", seed=i)
+    idx = ["--index", str(tmp_path / "idx")]
+    assert main(["index", str(tmp_path / "photos"), "--model", str(bundle), *idx,
+                 "--quiet"]) == 0  # fmt: skip
+    capsys.readouterr()
+    short, long = "a dog", "a red dog runs on the grass in the snow"
+
+    def cues(query: str) -> list[str]:
+        assert main(["search", query, "--k", "4", "--no-stack", *idx]) == 0
+        return [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+
+    # every score is a strong match for a short query, no match for a sentence
+    calibrate_short(bundle, fp, (10.0, 10.0), (-10.0, -10.0))
+    assert cues(short) == ["strong"] * 4
+    assert cues(long) == ["none"] * 4
+    assert cues(f'"{short}" + "red"') == ["strong"] * 4  # 3 words in all: short
+    assert main(["search", short, "--k", "4", "--json", *idx]) == 0
+    hits = json.loads(capsys.readouterr().out)
+    assert len(hits) == 4 and {h["cue"] for h in hits} == {"strong"}
+    assert all(isinstance(h["score"], float) and abs(h["score"]) < 10 for h in hits)
+    calibrate(bundle, fp, 10.0, 10.0)  # an old file: no short pair
+    assert cues(short) == ["none"] * 4 and cues(long) == ["none"] * 4
+
+
 # ------------------------------------------------------------------ CLI
 def test_cli_stacks_for_reading_and_lists_every_file_in_json(bundle_and_index, capsys):
     import vsekit

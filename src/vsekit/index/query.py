@@ -20,6 +20,7 @@ from vsekit.index.stacking import stacked_search
 from vsekit.runtime import BaseModel, ModelError, load_model
 from vsekit.runtime.relevance import model_relevance
 from vsekit.text.spelling import Normalised, speller_for
+from vsekit.text.tokenizer import tokenize
 
 MAX_QUERY_CHARS = 500
 MAX_K = 1000
@@ -131,13 +132,28 @@ def search_text(
     those ``filters`` keep."""
     emb, _ = embed_query(model, text, coll.embedding_of)
     cue = has_text(text)
-    return search_text_embedding(coll, model, emb, k, method, filters, stack, cue, text)
+    return search_text_embedding(coll, model, emb, k, method, filters, stack, cue, text,
+                                 query_words(text))  # fmt: skip
 
 
 def has_text(query: str, allow_paths: bool = True) -> bool:
     """Whether a query has a sentence among its terms: the relevance cue is calibrated on
     sentences, so a query of photos alone (``#12``, ``./a.jpg``) gets none."""
     return any(t.text is not None for t in parse_query(check_query(query), allow_paths))
+
+
+def query_words(query: str, allow_paths: bool = True) -> int:
+    """The number of words in a query's sentence terms (tokens with a letter or digit in
+    them: ``"a dog" + "beach"`` has 3, ``#12`` none): the relevance cue reads a query of
+    few words with the thresholds calibrated on short texts
+    (:mod:`vsekit.runtime.relevance`)."""
+    terms = parse_query(check_query(query), allow_paths)
+    return sum(text_words(t.text) for t in terms if t.text is not None)
+
+
+def text_words(text: str) -> int:
+    """The words of one sentence term, as :func:`query_words` counts them."""
+    return sum(any(c.isalnum() for c in w) for w in tokenize(text))
 
 
 def _ranked(snap: Snapshot, k: int, stack: bool, search) -> list[Hit]:
@@ -159,6 +175,7 @@ def search_text_embedding(
     stack: bool = False,
     cue: bool = True,
     text: str | None = None,
+    words: int | None = None,
 ) -> list[Hit]:
     """Images best matching an already-embedded text query ``q`` ([D] or [1, D]), scored
     with the model's own similarity (the service embeds outside its collection lock),
@@ -168,8 +185,9 @@ def search_text_embedding(
     without). One snapshot serves the whole query, so a writer's commit cannot put the
     two out of step. Each hit carries the relevance cue of its score when the model
     ships a calibration (:mod:`vsekit.runtime.relevance`) unless ``cue`` is False (a
-    query of photo terms only: see :func:`has_text`); ``stack`` folds copies of a photo
-    into one hit."""
+    query of photo terms only: see :func:`has_text`), read with the thresholds for a
+    query of ``words`` words (:func:`query_words`; None: those for sentences); ``stack``
+    folds copies of a photo into one hit."""
     snap = coll.snapshot
     bias = text_query_bias(coll, model, snap)
     if text is not None:
@@ -180,6 +198,7 @@ def search_text_embedding(
     rel = model_relevance(model) if cue else None
     if rel is None:
         return hits
+    rel = rel.bands(words)
     return [replace(h, cue=rel.cue(h.score),
                     copies=tuple(replace(c, cue=rel.cue(c.score)) for c in h.copies))
             for h in hits]  # fmt: skip

@@ -10,7 +10,15 @@ caption against every photo)::
     weak <= score < strong   "weak"
     score < weak             "none"    (where unrelated caption-photo pairs fall)
 
-One pair of thresholds per image precision (``int8``, ``fp32``), since the graphs give
+Short queries score lower than sentences: "a dog" scores its dogs about as a sentence
+scores a photo it was not written for. So the file may hold a second pair, ``short``,
+found by the same two rules on short texts (each dev caption's first noun phrase: "a
+black dog", "two young girls"), and the largest number of words a query may have to be
+read with it (``short_queries.max_words``: the words of the query's text terms,
+:func:`vsekit.index.query.query_words`). A file without it reads every query with the
+sentence pair.
+
+One set of thresholds per image precision (``int8``, ``fp32``), since the graphs give
 slightly different scores, each with the fingerprint of the model it was measured with
 (the image graph is part of it). The file is listed in the bundle's manifest (verified
 with the others); a model without an entry of its own fingerprint gets no cue.
@@ -28,16 +36,29 @@ CUES = ("strong", "weak", "none")
 
 @dataclass(frozen=True)
 class Relevance:
-    """Two thresholds on a text search's score (``weak <= strong``)."""
+    """Two thresholds on a text search's score (``weak <= strong``), calibrated on
+    sentences, and optionally a second ``short`` pair for queries of at most
+    ``short_words`` words."""
 
     strong: float
     weak: float
+    short: Relevance | None = None
+    short_words: int = 0
 
-    def cue(self, score: float) -> str:
-        """``strong``, ``weak`` or ``none`` for a text search's ``score``."""
-        if score >= self.strong:
+    def bands(self, words: int | None = None) -> Relevance:
+        """The thresholds for a query of ``words`` words (None: not known, read as a
+        sentence)."""
+        if self.short is not None and words is not None and 0 < words <= self.short_words:
+            return self.short
+        return self
+
+    def cue(self, score: float, words: int | None = None) -> str:
+        """``strong``, ``weak`` or ``none`` for a text search's ``score``, with the
+        thresholds of a query of ``words`` words (:meth:`bands`)."""
+        t = self.bands(words)
+        if score >= t.strong:
             return "strong"
-        return "weak" if score >= self.weak else "none"
+        return "weak" if score >= t.weak else "none"
 
 
 def read_relevance(bundle: Path, fingerprint: str, precision: str) -> Relevance | None:
@@ -49,15 +70,22 @@ def read_relevance(bundle: Path, fingerprint: str, precision: str) -> Relevance 
     if not path.is_file():
         return None
     try:
-        cal = json.loads(path.read_text())["by_precision"].get(precision)
+        data = json.loads(path.read_text())
+        cal = data["by_precision"].get(precision)
         if cal is None or cal["model_fingerprint"] != fingerprint:
             return None
-        strong, weak = float(cal["strong"]), float(cal["weak"])
+        pairs = [(float(cal["strong"]), float(cal["weak"]))]
+        if "short" in cal:  # a file from before the short queries' pair has none
+            pairs.append((float(cal["short"]["strong"]), float(cal["short"]["weak"])))
+            words = int(data["short_queries"]["max_words"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise ValueError(f"{path}: unreadable relevance calibration ({e})") from e
-    if not weak <= strong:
-        raise ValueError(f"{path}: weak threshold {weak} above strong {strong}")
-    return Relevance(strong, weak)
+    for strong, weak in pairs:
+        if not weak <= strong:
+            raise ValueError(f"{path}: weak threshold {weak} above strong {strong}")
+    if len(pairs) == 1:
+        return Relevance(*pairs[0])
+    return Relevance(*pairs[0], short=Relevance(*pairs[1]), short_words=words)
 
 
 def model_relevance(model) -> Relevance | None:
@@ -75,24 +103,25 @@ def model_relevance(model) -> Relevance | None:
 
 
 def write_relevance(bundle: Path, calibration: dict) -> None:
-    """Write ``relevance.json`` (per image precision: the thresholds and the fingerprint
-    of the model measured; how they were found) and record it in the bundle's
-    manifest."""
+    """Write ``relevance.json`` (per image precision: the thresholds, the short queries'
+    where measured, and the fingerprint of the model measured; how they were found) and
+    record it in the bundle's manifest."""
     from vsekit.bundle import write_manifest
     from vsekit.fsio import atomic_write
 
+    def entry(c: dict) -> dict:
+        out = {"strong": c["strong"], "weak": c["weak"]}
+        if "short" in c:
+            out["short"] = {"strong": c["short"]["strong"], "weak": c["short"]["weak"]}
+        return {**out, "model_fingerprint": c["model_fingerprint"]}
+
     keep = {
-        "by_precision": {
-            p: {
-                "strong": c["strong"],
-                "weak": c["weak"],
-                "model_fingerprint": c["model_fingerprint"],
-            }
-            for p, c in calibration["by_precision"].items()
-        },
+        "by_precision": {p: entry(c) for p, c in calibration["by_precision"].items()},
         "rule": calibration["rule"],
         "score": calibration["score"],
         "calibrated_by": calibration["command"],
     }
+    if "short_queries" in calibration:
+        keep["short_queries"] = calibration["short_queries"]
     atomic_write(Path(bundle) / RELEVANCE_FILE, json.dumps(keep, indent=2) + "\n")
     write_manifest(Path(bundle))

@@ -14,6 +14,7 @@ from vsekit.index.query import (
     correct_query,
     embed_query,
     has_text,
+    query_words,
     search_text_embedding,
     search_vector,
 )
@@ -58,8 +59,9 @@ def search(
     ``2:"golden retriever"``, ``#ID`` for an indexed photo. Filters from EXIF:
     ``after``/``before`` (2019, 2019-06, 2019-06-15), ``camera``, ``near`` (LAT,LON,KM).
     Each result has its raw ``score`` and a relevance ``cue`` (``strong``, ``weak`` or
-    ``none``, calibrated on held-out captions; null if the model has no calibration or
-    the query has no sentence, only photo terms).
+    ``none``, calibrated on held-out captions, and for a query of a few words on their
+    noun phrases; null if the model has no calibration or the query has no sentence,
+    only photo terms).
     ``stack=true`` (what the page asks): copies of one photo (same content or
     near-duplicates) are one result, the others listed in its ``copies`` (each a result
     of its own); by default every file is its own result and ``copies`` is empty.
@@ -77,7 +79,7 @@ def search(
         raise ApiError(400, str(e)) from e
     cue = has_text(q, allow_paths=False)  # photo terms alone (#ID) get no cue
     found = svc.hits(search_text_embedding, emb, k, filters=filters, stack=stack, cue=cue,
-                     text=fix.text)  # fmt: skip
+                     text=fix.text, words=query_words(q, allow_paths=False))  # fmt: skip
     return {"query": q, "searched": fix.text,
             "corrections": [c.as_dict() for c in fix.changes],
             "results": [hit_json(h, svc.roots_for_display()) for h in found]}  # fmt: skip

@@ -28,6 +28,7 @@ def _add_annotate(sub: argparse._SubParsersAction) -> None:
 def _annotate(args: argparse.Namespace) -> int:
     from vsekit.media.images import open_regular
     from vsekit.media.video import is_video
+    from vsekit.runtime.annotator import annotate_arrays
 
     open_regular(args.image).close()  # a FIFO or a device is refused before any read
     model = load_model(args.model)
@@ -38,18 +39,17 @@ def _annotate(args: argparse.Namespace) -> int:
         emb, feats = v.clip[None], v.features[None]
     else:
         emb, feats = model.embed_with_features([args.image])
-    best = model.caption_pool.best(emb, args.k)[0]
-    tags = model.tags_from_features(feats, args.tags)[0]
+    a = annotate_arrays(model, emb, feats, args.k, args.tags)[0]
     if args.json:
-        caps = [{"text": c, "score": s} for c, s in best]
-        print(
-            json.dumps(
-                {"captions": caps, "tags": [{"tag": t, "score": s} for t, s in tags]}, indent=2
-            )
-        )
-    else:
-        for c, s in best:
-            print(f"{s:7.4f}  {c}")
-        if tags:
-            print("tags: " + ", ".join(t for t, _ in tags))
+        print(json.dumps(a.as_dict(), indent=2))
+        return 0
+    for c, s in a.captions:
+        print(f"{s:7.4f}  {c}")
+    if a.tags:
+        print("tags: " + ", ".join(t for t, _ in a.tags))
+    if a.demoted or a.dropped_tags:
+        gone = [*(v.text for v in a.demoted), *(f"tag {v.text}" for v in a.dropped_tags)]
+        nouns = sorted({n.noun for v in (*a.demoted, *a.dropped_tags) for n in v.vetoed})
+        print(f"left out: {len(gone)} ({', '.join(nouns)}: the photo's ImageNet classes "
+              f"rule them out; --json lists them)")  # fmt: skip
     return 0

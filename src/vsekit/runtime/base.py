@@ -394,16 +394,36 @@ class BaseModel:
 
     def annotate(self, images: ImageInput | Sequence[ImageInput], k: int = 5):
         """The ``k`` best captions of the model's pool for each image or video file
-        (a video by its whole-clip embedding), with scores."""
+        (a video by its whole-clip embedding), with scores; under the bundle's
+        annotation veto when it has one on (:mod:`vsekit.runtime.annotator`)."""
+        from vsekit.runtime.annotator import annotate_arrays, embed_media
+
         items, single = _as_list(images)
-        emb = self._embed_media(items)
-        best = self.caption_pool.best(emb, k)
+        if self.annotation_veto is None:
+            best = self.caption_pool.best(self._embed_media(items), k)
+        else:
+            emb, feats = embed_media(self, items)
+            best = [a.captions for a in annotate_arrays(self, emb, feats, k)]
         return best[0] if single else best
 
+    @property
+    def annotation_veto(self):
+        """The bundle's annotation veto (:class:`vsekit.evidence.veto.AnnotationVeto`)
+        when its ``evidence.json`` has one on, else None; read once."""
+        if getattr(self, "_veto", None) is None:
+            from vsekit.evidence.veto import AnnotationVeto
+
+            found = AnnotationVeto.from_bundle(self.path) if self.path is not None else None
+            self._veto = found or False
+        return self._veto or None
+
     def tags(self, images: ImageInput | Sequence[ImageInput], k: int = 10):
-        """The ``k`` best tags of each image (empty without a tagger in the bundle)."""
+        """The ``k`` best tags of each image (empty without a tagger in the bundle), less
+        those the annotation veto rules out when it covers tags."""
+        from vsekit.runtime.annotator import vetoed_tags
+
         items, single = _as_list(images)
-        out = self.tags_from_features(self.image_features(items), k) if items else []
+        out = vetoed_tags(self, self.image_features(items), k) if items else []
         return out[0] if single else out
 
     def _tag_word_vectors(self) -> tuple[np.ndarray, list[bool]]:

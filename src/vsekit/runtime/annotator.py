@@ -1,0 +1,135 @@
+"""Annotation: the caption pool's best captions and the tagger's tags for photos, under
+the bundle's annotation veto (:mod:`vsekit.evidence.veto`) when it has one on.
+
+``vse annotate``, ``GET``/``POST /annotate`` and :meth:`BaseModel.annotate
+<vsekit.runtime.base.BaseModel.annotate>` all go through :func:`annotate_arrays`. With the
+veto, the model's best ``candidates`` captions are re-ranked by the photo's ImageNet class
+probabilities (from the image features the annotation decodes anyway for its tags);
+without it, annotation is the pool's top ``k`` as before.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from vsekit.media.video import is_video
+
+if TYPE_CHECKING:
+    from vsekit.evidence.veto import AnnotationVeto, Ranked
+    from vsekit.runtime.base import BaseModel
+
+#: tags asked of the tagger beyond ``k``, to fill the places of vetoed ones
+SPARE_TAGS = 10
+
+#: ``veto=`` default: the model's own (its bundle's ``evidence.json``)
+MODEL_VETO = "model"
+
+
+@dataclass
+class Annotation:
+    """One photo's annotation: ``captions`` and ``tags`` as ``(text, score)``, best
+    first; what the veto demoted (``demoted``: captions the model had in its top ``k``)
+    and dropped (``dropped_tags``); ``floor``: the veto's floor (None without a veto)."""
+
+    captions: list[tuple[str, float]]
+    tags: list[tuple[str, float]] = field(default_factory=list)
+    demoted: list[Ranked] = field(default_factory=list)
+    dropped_tags: list[Ranked] = field(default_factory=list)
+    floor: float | None = None
+
+    def as_dict(self, digits: int | None = None) -> dict:
+        """The JSON form ``vse annotate --json`` prints and ``/annotate`` returns:
+        ``captions`` and ``tags``, and with a veto ``vetoed`` and ``vetoed_tags``, each
+        with its nouns' class probabilities and the reason."""
+
+        def r(x: float) -> float:
+            return round(x, digits) if digits is not None else x
+
+        out = {"captions": [{"text": c, "score": r(s)} for c, s in self.captions],
+               "tags": [{"tag": t, "score": r(s)} for t, s in self.tags]}  # fmt: skip
+        if self.floor is not None:
+            out["vetoed"] = [self._vetoed(v, "text", r) for v in self.demoted]
+            out["vetoed_tags"] = [self._vetoed(v, "tag", r) for v in self.dropped_tags]
+        return out
+
+    def _vetoed(self, v: Ranked, key: str, r) -> dict:
+        nouns = [n.as_dict() for n in v.vetoed]
+        return {key: v.text, "score": r(v.model_score), "nouns": nouns,
+                "reason": v.reason(self.floor)}  # fmt: skip
+
+
+def model_veto(model: BaseModel) -> AnnotationVeto | None:
+    """The annotation veto ``model``'s bundle has on, or None (read once per model)."""
+    return model.annotation_veto
+
+
+def annotate_arrays(
+    model: BaseModel,
+    emb: np.ndarray,
+    features: np.ndarray | None,
+    k: int = 5,
+    n_tags: int = 0,
+    pool=None,
+    veto: AnnotationVeto | None | str = MODEL_VETO,
+) -> list[Annotation]:
+    """Annotations of photos from their ``[N, D]`` unit embeddings and ``[N, F]`` image
+    features (None: no tags and no veto, which needs the features): the ``k`` best
+    captions of ``pool`` (the model's caption pool by default) and at most ``n_tags``
+    tags. ``veto``: the model's own by default, or one given, or None (off)."""
+    if veto == MODEL_VETO:
+        veto = model_veto(model)
+    pool = model.caption_pool if pool is None else pool
+    if features is None:
+        veto = None
+    if veto is None:
+        caps = pool.best(emb, k)
+        out = [Annotation(c) for c in caps]
+    else:
+        cand = pool.best(emb, max(k, veto.rule.candidates))
+        probs = veto.class_probs(features)
+        out = [Annotation([(x.text, x.score) for x in rr.kept], demoted=rr.demoted,
+                          floor=veto.rule.floor)
+               for rr in veto.rerank(probs, cand, k)]  # fmt: skip
+    if n_tags > 0 and features is not None and model.tagger is not None:
+        extra = SPARE_TAGS if veto is not None and veto.rule.tags else 0
+        tags = model.tags_from_features(features, n_tags + extra)
+        for i, (a, t) in enumerate(zip(out, tags, strict=True)):
+            if veto is None:
+                a.tags = list(t[:n_tags])
+            else:
+                a.tags, a.dropped_tags = veto.filter_tags(probs[i], t, n_tags)
+    return out
+
+
+def vetoed_tags(model: BaseModel, features: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
+    """:meth:`BaseModel.tags_from_features` under the model's veto (when it has one on
+    that covers tags): each photo's first ``k`` tags that are not vetoed nouns."""
+    veto = model_veto(model)
+    if veto is None or not veto.rule.tags or model.tagger is None:
+        return model.tags_from_features(features, k)
+    probs = veto.class_probs(features)
+    tags = model.tags_from_features(features, k + SPARE_TAGS)
+    return [veto.filter_tags(p, t, k)[0] for p, t in zip(probs, tags, strict=True)]
+
+
+def embed_media(model: BaseModel, items: Sequence, batch_size: int = 16):
+    """``([N, D] unit embeddings, [N, F] features)`` of photos and video files (a video
+    by its whole clip: the mean of its frames' embeddings and features)."""
+    embs: list = [None] * len(items)
+    feats: list = [None] * len(items)
+    photos = [i for i, x in enumerate(items) if not (isinstance(x, str | os.PathLike)
+                                                     and is_video(x))]  # fmt: skip
+    for a in range(0, len(photos), batch_size):
+        idx = photos[a : a + batch_size]
+        e, f = model.embed_with_features([items[i] for i in idx])
+        for j, i in enumerate(idx):
+            embs[i], feats[i] = e[j], f[j]
+    for i in set(range(len(items))) - set(photos):
+        v = model.encode_video(items[i], with_features=True)
+        embs[i], feats[i] = v.clip, v.features
+    return np.stack(embs).astype(np.float32), np.stack(feats).astype(np.float32)

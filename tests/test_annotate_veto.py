@@ -1,0 +1,220 @@
+"""The annotation veto (vsekit.evidence.veto): the rule on crafted numbers, the nouns it
+can speak for in the shipped mapping, annotation through the library, `vse annotate` and
+the service on a tiny bundle whose ImageNet head rules dogs out, and the selection rule
+of benchmarks/annotate_invention.py."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import make_tiny_model, write_image
+from vsekit.bundle import ModelError, bundle_dir
+from vsekit.evidence import load_sources
+from vsekit.evidence.veto import AnnotationVeto, VetoRule, adjust_scores
+from vsekit.fsio import file_sha256
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from annotate_invention import BAR, R1_SLACK, choose  # noqa: E402
+
+DEFAULT = bundle_dir("default")
+CAPTIONS = ["a dog runs on grass", "a man stands in a field", "a red car on the road",
+            "two dogs play in the snow", "a woman sits on a bench", "a black dog jumps",
+            "people walk down the street", "a boy rides a bike"]  # fmt: skip
+DOGGY = {c for c in CAPTIONS if "dog" in c}
+RULE = {"floor": 0.001, "demote": 1.0, "promote": 0.0, "min_coverage": 0.0,
+        "candidates": 50, "tags": True, "enabled": True}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def shipped() -> AnnotationVeto:
+    src = [s for s in load_sources(DEFAULT, enabled_only=False) if s.name == "imagenet"][0]
+    return AnnotationVeto(src, VetoRule(floor=0.001, demote=0.1))
+
+
+# -- the rule on numbers -------------------------------------------------------------
+def test_the_rule_demotes_below_the_floor_and_leaves_nounless_captions_alone():
+    rule = VetoRule(floor=0.01, demote=0.2, promote=0.1)
+    scores = np.array([0.50, 0.45, 0.40, 0.35])
+    low = np.array([0.001, math.inf, 0.02, 0.009999])  # vetoed, no noun, kept, vetoed
+    high = np.array([0.001, 0.0, 0.9, 0.5])
+    new, vetoed = adjust_scores(scores, low, high, rule)
+    assert vetoed.tolist() == [True, False, False, True]
+    np.testing.assert_allclose(new, [0.50 - 0.2 + 0.0001, 0.45, 0.40 + 0.09, 0.35 - 0.2 + 0.05])
+    # exactly at the floor is not below it; a rule with nothing set changes nothing
+    assert not adjust_scores([1.0], [0.01], [0.01], VetoRule(floor=0.01))[1][0]
+    np.testing.assert_array_equal(adjust_scores(scores, low, high, VetoRule())[0], scores)
+
+
+def test_rule_settings_are_checked_by_name():
+    r = VetoRule.from_config(RULE)
+    assert (r.floor, r.demote, r.candidates, r.tags, r.enabled) == (0.001, 1.0, 50, True, True)
+    assert VetoRule.from_config(None) == VetoRule()  # absent: off
+    for bad, field in (({"floor": "low"}, "floor"), ({"demote": -1}, "demote"),
+                       ({"candidates": 0}, "candidates"), ({"enabled": "yes"}, "enabled"),
+                       ({"promote": float("nan")}, "promote")):  # fmt: skip
+        with pytest.raises(ValueError, match=f"annotate.{field}"):
+            VetoRule.from_config(bad)
+
+
+# -- the nouns it can speak for --------------------------------------------------------
+def test_vetoable_nouns_are_animals_and_objects_never_people(shipped):
+    assert [n for n, _ in shipped.nouns("Two dogs run on the grass")] == ["dogs"]
+    assert len(shipped.nouns("a dog")[0][1]) == 118  # every dog class
+    assert [n for n, _ in shipped.nouns("A man in a hat stands in front of a gray jeep")] == [
+        "hat", "jeep"]  # fmt: skip
+    for text in ("a man and a woman", "a baseball player", "a person", "people on a beach",
+                 "a cow in a field", "a hot dog stand"):  # fmt: skip
+        assert shipped.nouns(text) == (), text  # people, no class, a compound
+
+
+def test_a_caption_naming_an_animal_the_classes_rule_out_is_demoted(shipped):
+    probs = np.full(1000, 1e-6)
+    jeep = shipped.nouns("a jeep")[0][1]
+    probs[jeep] = 0.9  # a jeep, and no dog at all
+    items = [("a dog in a jeep", 0.60), ("a man stands outside", 0.55), ("a jeep", 0.52)]
+    ranked = shipped.rank(probs, items)
+    assert [r.text for r in ranked] == ["a man stands outside", "a jeep", "a dog in a jeep"]
+    dog = ranked[-1]
+    assert dog.score == pytest.approx(0.50) and dog.model_score == 0.60
+    assert [(n.noun, n.probability < 0.001) for n in dog.vetoed] == [("dog", True)]
+    assert "'dog'" in dog.reason(0.001)
+    assert ranked[0].score == 0.55 and ranked[0].nouns == ()  # nothing vetoable: unchanged
+    rr = shipped.rerank(probs[None], [items], k=2)[0]
+    assert [r.text for r in rr.kept] == ["a man stands outside", "a jeep"]
+    assert [r.text for r in rr.demoted] == ["a dog in a jeep"]
+
+
+# -- through the library, the CLI and the service -------------------------------------------
+def veto_bundle(tmp_path: Path, rule: dict = RULE) -> Path:
+    """A tiny bundle with the shipped mapping and an ImageNet head that puts (almost) no
+    probability on any dog class, whatever the photo."""
+    from safetensors.numpy import save_file
+
+    bundle = make_tiny_model(CAPTIONS).save(tmp_path / "m")
+    mapping = (DEFAULT / "imagenet_wordnet.json").read_bytes()
+    (bundle / "imagenet_wordnet.json").write_bytes(mapping)
+    dog = json.loads(mapping)["synsets"]
+    words = json.loads(mapping)["words"]["dog"]
+    dog_classes = dog[str(words[1][0])][2]
+    bias = np.zeros(1000, np.float32)
+    bias[dog_classes] = -30.0
+    save_file({"weight": np.zeros((1000, 5), np.float32), "bias": bias},
+              str(bundle / "imagenet_head.safetensors"))  # fmt: skip
+    names = ("imagenet_wordnet.json", "imagenet_head.safetensors")
+    cfg = {"imagenet": {"mapping": names[0], "head": names[1],
+                        "sha256": {n: file_sha256(bundle / n) for n in names},
+                        "feature_scale": 1.0, "top_k": 5, "fusion": {"enabled": False},
+                        "annotate": rule}}  # fmt: skip
+    (bundle / "evidence.json").write_text(json.dumps(cfg))
+    return bundle
+
+
+def test_library_annotate_demotes_dogs_and_keeps_the_rest_in_order(tmp_path):
+    import vsekit
+
+    bundle = veto_bundle(tmp_path)
+    photo = write_image(tmp_path / "p.jpg", seed=3)
+    m = vsekit.load_model(str(bundle), backend="torch")
+    assert m.annotation_veto is not None
+    raw = m.caption_pool.best(m.encode_image([str(photo)]), len(CAPTIONS))[0]
+    got = m.annotate(str(photo), k=len(CAPTIONS))
+    assert [c for c, _ in got] == [c for c, _ in raw if c not in DOGGY] + [
+        c for c, _ in raw if c in DOGGY]  # fmt: skip
+    kept = dict(raw)
+    for c, s in got:  # a caption naming nothing vetoable keeps its score; dogs lose 1.0
+        assert s == pytest.approx(kept[c] - (1.0 if c in DOGGY else 0.0), abs=1e-6)
+    off = veto_bundle(tmp_path / "off", {**RULE, "enabled": False})
+    m_off = vsekit.load_model(str(off), backend="torch")
+    assert m_off.annotation_veto is None
+    assert m_off.annotate(str(photo), k=3) == raw[:3]
+
+
+def test_cli_json_lists_the_vetoed_captions_with_their_reason(tmp_path, capsys):
+    import vsekit
+    from vsekit.cli import main
+
+    bundle = veto_bundle(tmp_path)
+    photo = write_image(tmp_path / "p.jpg", seed=3)
+    m = vsekit.load_model(str(bundle), backend="torch")
+    raw = [c for c, _ in m.caption_pool.best(m.encode_image([str(photo)]), len(CAPTIONS))[0]]
+    first_dog = min(raw.index(c) for c in DOGGY)
+    assert first_dog < len(raw) - len(DOGGY), raw  # a dog caption is among the top k
+    k = first_dog + 1
+    assert main(["annotate", str(photo), "--model", str(bundle), "--k", str(k), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["captions"]) == k and not DOGGY & {c["text"] for c in out["captions"]}
+    vetoed = out["vetoed"]
+    assert {v["text"] for v in vetoed} == DOGGY & set(raw[:k])
+    for v in vetoed:
+        assert v["nouns"][0]["noun"] in ("dog", "dogs") and v["nouns"][0]["probability"] < 1e-3
+        assert "ImageNet classes of 'dog" in v["reason"] and "below 0.001" in v["reason"]
+    assert main(["annotate", str(photo), "--model", str(bundle), "--k", str(k)]) == 0
+    text = capsys.readouterr().out
+    assert "left out: " in text and "dog" in text.splitlines()[-1]
+
+
+def test_the_service_annotates_under_the_veto(tmp_path, monkeypatch):
+    from fastapi.testclient import TestClient
+
+    import vsekit
+    from vsekit.index import Collection, model_info
+    from vsekit.serve.app import create_app
+
+    monkeypatch.setenv("VSEKIT_CACHE", str(tmp_path / "cache"))
+    bundle = veto_bundle(tmp_path)
+    photos = tmp_path / "photos"
+    write_image(photos / "0.jpg", seed=3)
+    m = vsekit.load_model(str(bundle), backend="torch")
+    coll = Collection(tmp_path / "idx", model_info(m, "tiny"))
+    coll.update(photos, m.encode_image, progress=False)
+    c = TestClient(create_app(coll, m), base_url="http://127.0.0.1")
+    r = c.get("/annotate/1", params={"k": len(CAPTIONS) - len(DOGGY)})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert not DOGGY & {x["text"] for x in body["captions"]}
+    assert body["vetoed"] and all("reason" in v for v in body["vetoed"])
+    with open(photos / "0.jpg", "rb") as fh:
+        r = c.post("/annotate", files={"file": ("0.jpg", fh, "image/jpeg")},
+                   params={"k": len(CAPTIONS)})  # fmt: skip
+    assert r.status_code == 200, r.text
+    assert {x["text"] for x in r.json()["captions"][-len(DOGGY) :]} == DOGGY
+
+
+def test_a_bad_setting_is_a_model_error_naming_the_file(tmp_path):
+    bundle = veto_bundle(tmp_path, {**RULE, "floor": "low"})
+    with pytest.raises(ModelError, match="evidence.json: imagenet.annotate.floor"):
+        AnnotationVeto.from_bundle(bundle)
+
+
+# -- the selection rule of benchmarks/annotate_invention.py --------------------------------
+def _row(rate: float, r1: float, r5: float, demote: float = 0.1, floor: float = 0.001) -> dict:
+    return {"setting": {"floor": floor, "demote": demote, "promote": 0.0, "min_coverage": 0.0},
+            "captions": {"invented_rate": rate}, "i2t": {"r1": r1, "r5": r5}}  # fmt: skip
+
+
+BASE = {"captions": {"invented_rate": 30.0}, "i2t": {"r1": 50.0, "r5": 80.0}}
+
+
+def test_selection_takes_the_lowest_rate_that_keeps_recall_and_needs_the_bar():
+    rows = [_row(20.0, 50.0, 79.8),  # lowest rate, but R@5 falls: not admissible
+            _row(24.0, 50.0 - R1_SLACK - 0.2, 80.0),  # R@1 falls past the slack
+            _row(27.0, 50.0 - R1_SLACK, 80.0),  # admissible: R@1 within the slack
+            _row(27.5, 50.2, 80.2)]  # fmt: skip
+    pick = choose(BASE, rows)
+    assert pick["best"] is rows[2] and pick["admissible"] == 2
+    assert pick["drop"] == 3.0 and pick["enabled"]  # 3 points off, the bar is 2
+    small = choose(BASE, [_row(30.0 - BAR + 0.01, 50.0, 80.0)])  # just short of the bar
+    assert small["best"] is not None and not small["enabled"]
+    exact = choose(BASE, [_row(30.0 - BAR, 50.0, 80.0)])
+    assert exact["enabled"]
+    none = choose(BASE, rows[:2])
+    assert none["best"] is None and not none["enabled"]
+    # ties: the higher R@5, then the gentler setting
+    tie = choose(BASE, [_row(25.0, 50.0, 80.0, demote=1.0), _row(25.0, 50.0, 80.0, demote=0.05)])
+    assert tie["best"]["setting"]["demote"] == 0.05

@@ -4,6 +4,7 @@ updates, corrupt files, crash safety, model bundles and the default model."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -399,10 +400,17 @@ def test_cli_index_search_annotate(tmp_path, capsys):
     assert main(["search", "a red car", "--index", idx, "--k", "3", "--json"]) == 0
     hits = json.loads(capsys.readouterr().out)
     assert len(hits) == 3 and all(Path(h["path"]).parent == photos for h in hits)
-    # --no-stack: the tiny random model embeds every photo alike (all would be one stack)
-    assert main(["search", "--image", str(photos / "2.jpg"), "--index", idx, "--k", "1",
+    # --no-stack: the tiny random model embeds every photo alike (all would be one stack).
+    # A copy of 2.jpg outside the index finds 2.jpg first; 2.jpg itself is not listed
+    # among the photos like it (3 of the 4 others are)
+    shutil.copy(photos / "2.jpg", tmp_path / "query.jpg")
+    assert main(["search", "--image", str(tmp_path / "query.jpg"), "--index", idx, "--k", "1",
                  "--no-stack"]) == 0  # fmt: skip
     assert capsys.readouterr().out.split()[-1].endswith("2.jpg")
+    assert main(["search", "--image", str(photos / "2.jpg"), "--index", idx, "--k", "3",
+                 "--no-stack", "--json"]) == 0  # fmt: skip
+    names = [Path(h["path"]).name for h in json.loads(capsys.readouterr().out)]
+    assert len(names) == 3 and "2.jpg" not in names
     with pytest.raises(SystemExit) as exit_:  # argparse: usage and a one-line error
         main(["search", "dog", "--index", idx, "--k", "0"])
     assert exit_.value.code == 2

@@ -276,13 +276,21 @@ def search_vector(
     method: str = "auto",
     filters: Filters | None = None,
     stack: bool = False,
+    leave_out: str | None = None,
 ) -> list[Hit]:
     """Images nearest to an image embedding (cosine between image embeddings); no
-    relevance cue (the calibration is for text queries)."""
+    relevance cue (the calibration is for text queries). ``leave_out``: a path whose
+    hit is not listed (the query photo itself, when it is indexed)."""
     snap = coll.snapshot
     q = np.atleast_2d(emb)
-    return _ranked(snap, k, stack,
-                   lambda n: coll.search(q, n, method, snap=snap, filters=filters)[0])  # fmt: skip
+
+    def search(n: int) -> list[Hit]:
+        if leave_out is None:
+            return coll.search(q, n, method, snap=snap, filters=filters)[0]
+        hits = coll.search(q, n + 1, method, snap=snap, filters=filters)[0]
+        return [h for h in hits if os.path.realpath(h.path) != leave_out][:n]
+
+    return _ranked(snap, k, stack, search)
 
 
 def search_image(
@@ -294,8 +302,11 @@ def search_image(
     filters: Filters | None = None,
     stack: bool = False,
 ) -> list[Hit]:
-    """``image``: a path or a PIL image (ImageError if unreadable)."""
-    return search_vector(coll, model, model.encode_image(image), k, method, filters, stack)
+    """``image``: a path or a PIL image (ImageError if unreadable). "Photos like this
+    one": a path that is itself indexed is not listed among them."""
+    own = os.path.realpath(image) if isinstance(image, (str, os.PathLike)) else None
+    return search_vector(coll, model, model.encode_image(image), k, method, filters, stack,
+                         leave_out=own)  # fmt: skip
 
 
 def open_collection(

@@ -309,6 +309,34 @@ def test_hashes_backfilled_for_an_index_from_before_them(dup_index, tmp_path, co
         assert dict(zip(snap.paths, snap.photo_meta[c], strict=True)) == want[c]
 
 
+def test_backfill_keeps_recorded_hashes_and_retries_missing_files(dup_index, tmp_path):
+    """An index from before crop hashes whose photos are partly away (a drive unplugged)
+    at the upgrade: the whole-photo hashes it has are kept, the photos that are there get
+    their crop hashes, the absent ones keep NULL and get them once they are back."""
+    from vsekit.index.phash import backfill_hashes
+
+    snap = dup_index.snapshot
+    want = dict(zip(snap.paths, snap.photo_meta["phash"], strict=True))
+    away = next(p for p in snap.paths if p.endswith("p3.png"))
+    db = sqlite3.connect(dup_index.path / "index.sqlite")
+    db.execute("UPDATE photo_meta SET phash_crops = NULL")
+    db.commit()
+    moved = tmp_path / "away.png"
+    shutil.move(away, moved)
+    assert backfill_hashes(db, load_image) == len(snap.paths) - 1
+    rows = dict(db.execute("SELECT f.path, m.phash FROM files f JOIN photo_meta m "
+                           "ON m.file_id = f.id").fetchall())  # fmt: skip
+    assert rows == want  # no recorded hash rewritten, none blanked
+    crops = dict(db.execute("SELECT f.path, m.phash_crops FROM files f JOIN photo_meta m "
+                            "ON m.file_id = f.id").fetchall())  # fmt: skip
+    assert crops[away] is None and all(c for p, c in crops.items() if p != away)
+    shutil.move(moved, away)
+    assert backfill_hashes(db, load_image) == 1
+    left = db.execute("SELECT COUNT(*) FROM photo_meta WHERE phash_crops IS NULL").fetchone()
+    assert left == (0,)
+    db.close()
+
+
 # -- actions ---------------------------------------------------------------------------
 
 

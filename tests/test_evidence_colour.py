@@ -352,3 +352,31 @@ def test_vse_index_decodes_each_photo_once_for_evidence(tmp_path, monkeypatch, c
     again = ColourNames(fusion).index(PhotoBatch(paths=list(ev["paths"]), decode_size=None))
     for k, v in again.items():
         assert np.allclose(ev[k], v, atol=1e-3), k
+
+
+def test_the_cue_reads_the_score_without_the_evidence_bonus(tmp_path, capsys):
+    """The relevance thresholds are calibrated on the model's scores: the colour bonus
+    moves a photo up the ranking, not up the cue."""
+    import vsekit
+    from tests.test_results import calibrate
+    from vsekit.cli import main
+
+    bundle, _, photos = _colour_bundle(tmp_path)
+    solid((230, 10, 10), (32, 32)).save(photos / "red.png")
+    solid((20, 40, 220), (32, 32)).save(photos / "blue.png")
+    idx = tmp_path / "idx"
+    assert main(["index", str(photos), "--model", str(bundle), "--index", str(idx), "--quiet"]) == 0
+    capsys.readouterr()
+
+    def red_hit() -> dict:
+        assert main(["search", "a red car", "--index", str(idx), "--k", "2", "--json"]) == 0
+        return next(h for h in json.loads(capsys.readouterr().out) if h["path"].endswith("red.png"))
+
+    with_bonus = red_hit()["score"]
+    model_only = with_bonus - 0.1 * 0.5  # weight x the colour words' share x red's share 1
+    fp = vsekit.load_model(str(bundle), backend="torch").fingerprint
+    # strong lies between the model's score and the score with the bonus
+    calibrate(bundle, fp, (model_only + with_bonus) / 2, model_only - 1.0)
+    assert red_hit()["cue"] == "weak"
+    calibrate(bundle, fp, model_only - 0.001, model_only - 1.0)
+    assert red_hit()["cue"] == "strong"

@@ -136,6 +136,14 @@ def test_the_table_rewrites_only_weak_words_into_well_known_ones(vocab):
         assert all((sp.count(w) or 0) >= DEFAULT_RULE.well_known for w in to.split()), to
 
 
+def test_endings_leave_words_the_model_knows(vocab):
+    """An informal ending is undone only on a word the model does not know: "raisin"
+    (known by analogy) stays, "jumpin" and "dogz" (unknown) are read as jumping, dogs."""
+    sp = Speller(vocab)
+    assert sp.count("raisin") is not None and sp.rewrite("raisin") is None
+    assert sp.rewrite("jumpin").to == "jumping" and sp.rewrite("dogz").to == "dogs"
+
+
 def test_the_table_is_checked(tmp_path):
     bad = tmp_path / "t.tsv"
     bad.write_text("# comment\nppl\tpeople\tword\nlol\tlaugh\tfiller\n")

@@ -13,7 +13,7 @@ from vsekit.cli._base import DEFAULT_INDEX, command
 
 @command
 def _add_duplicates(sub: argparse._SubParsersAction) -> None:
-    from vsekit.index.duplicates import HASH_DISTANCE, NEAR_THRESHOLD
+    from vsekit.index.duplicates import CROP_DISTANCE, HASH_DISTANCE, NEAR_THRESHOLD
 
     p = sub.add_parser(
         "duplicates",
@@ -37,8 +37,9 @@ def _add_duplicates(sub: argparse._SubParsersAction) -> None:
         "--hash-distance",
         type=int,
         default=HASH_DISTANCE,
-        help="perceptual-hash bits (of 64) within which two photos are copies "
-        "(-1: embeddings only)",
+        help="perceptual-hash bits (of 64) within which two photos are copies; it also "
+        f"caps the {CROP_DISTANCE} bits allowed between a photo and a crop of another (-1: "
+        "embeddings only)",
     )
     p.add_argument("--kind", choices=("all", "exact", "near"), default="all")
     p.add_argument("--json", action="store_true", help="print the groups (or the plan) as JSON")
@@ -96,7 +97,7 @@ def _duplicates(args: argparse.Namespace) -> int:
             # embedding stage's), and how far the hash stage let its pairs be
             how = f"least alike pair at cosine {g.similarity:.3f}"
             if g.hash_distance is not None:
-                how += f", hashes at most {g.hash_distance} bits apart"
+                how += f", hashes (whole or of a crop) at most {g.hash_distance} bits apart"
         print(f"{g.kind} ({len(g.paths)} files, {how}):")
         for p in g.paths:
             print(f"  {shown(p)}")

@@ -11,17 +11,20 @@ from pathlib import Path
 from vsekit.runtime.compact import write_compact
 
 
-def write_pool(model, bundle: Path, made_from: str) -> dict | None:
+def write_pool(model, bundle: Path, made_from: str, cache: bool = False) -> dict | None:
     """Write ``bundle``'s compact pool from ``model`` (loaded from ``bundle``): its
     de-duplicated captions through its own text encoder, and each caption's CSLS
     penalty when it has a hubness bank. None (nothing written) for a bundle without
-    captions or with a similarity other than cosine (compact pools are unit rows)."""
+    captions or with a similarity other than cosine (compact pools are unit rows).
+    ``cache``: keep the float32 embeddings in ``~/.cache/vsekit/captions`` too (the
+    default bundle's, which a later run may read; a built bundle's would only fill the
+    user's disk)."""
     from vsekit.runtime.captions import CaptionPool
 
     if not model.captions or model.similarity_name != "cosine":
         return None
     captions = list(dict.fromkeys(model.captions))
-    emb = CaptionPool(model, captions, cache=True).embeddings
+    emb = CaptionPool(model, captions, cache=cache).embeddings
     hub = model.hubness
     penalty = None if hub is None else hub.text_penalty(emb)
     info = {"made_from": f"{made_from} over captions.txt, de-duplicated; penalties from "
@@ -39,6 +42,6 @@ def build_default(bundle: Path | None = None) -> dict:
 
     bundle = bundle or default_model_dir()
     model = OnnxModel.load(bundle, precision="fp32")
-    out = write_pool(model, bundle, "the fp32 text graph (ONNX Runtime)")
+    out = write_pool(model, bundle, "the fp32 text graph (ONNX Runtime)", cache=True)
     assert out is not None, "the default bundle has a cosine caption pool"
     return out

@@ -182,7 +182,8 @@ def find_duplicates(
     """The duplicate groups of a :class:`~vsekit.index.snapshot.Snapshot`: exact groups
     first, then near groups, each sorted by path, groups by their first path.
     ``kinds``: ``all``, ``exact`` or ``near``. ``threshold``: the embedding stage's
-    cosine; ``hash_distance``: the hash stage's (-1: the embedding alone)."""
+    cosine; ``hash_distance``: the hash stage's (-1: the embedding alone), which also
+    caps the crop hashes' :data:`CROP_DISTANCE`."""
     if not MIN_THRESHOLD <= threshold <= 1:
         raise ValueError(f"threshold: must be in [{MIN_THRESHOLD}, 1], got {threshold}")
     if not -1 <= hash_distance <= MAX_HASH_DISTANCE:
@@ -215,7 +216,8 @@ def find_duplicates(
         hashes = [phash[p] if hash_distance >= 0 else None for p in reps]
         candidate = CANDIDATE_DISTANCE if hash_distance >= 0 else -1
         crops = [pcrops[p] if hash_distance >= 0 else None for p in reps]
-        pairs = pairs_of(hashes, emb, hash_distance, threshold, candidate, crops=crops)
+        pairs = pairs_of(hashes, emb, hash_distance, threshold, candidate, crops=crops,
+                         crop_distance=min(hash_distance, CROP_DISTANCE))  # fmt: skip
         for comp in components(len(reps), [(i, j) for i, j, _, _ in pairs]):
             if len(comp) < 2:
                 continue

@@ -156,36 +156,48 @@ def backfill_hashes(
 ) -> int:
     """Hash the indexed files that have metadata but no ``phash`` or no
     ``phash_crops`` yet (an index made before they were kept), decoding each with
-    ``load``; in blocks, each committed. A video or a file that cannot be decoded gets
-    ``""`` for both. Returns how many were hashed."""
+    ``load``; in blocks, each committed. A hash already recorded is kept (only what is
+    missing is filled). A video or a file that cannot be decoded gets ``""``; a file
+    that is not there now (a drive unplugged) is left as it is, to be tried again by a
+    later update. Returns how many were hashed."""
     from vsekit.progress import progress_bar
 
     todo = w.execute(
         "SELECT f.id, f.path FROM files f JOIN photo_meta m ON m.file_id = f.id "
         "WHERE m.phash IS NULL OR m.phash_crops IS NULL"
     ).fetchall()
+    done = 0
     with progress_bar(len(todo), "perceptual hashes", "file", show=progress and bool(todo)) as bar:
         for a in range(0, len(todo), block):
             part = todo[a : a + block]
-            out = [(*_hashes_or_blank(p, load), i) for i, p in part]
+            out = [(*h, i) for i, p in part if (h := _hashes_or_blank(p, load)) is not None]
             with w:
                 w.executemany(
-                    "UPDATE photo_meta SET phash = ?, phash_crops = ? WHERE file_id = ?", out
+                    "UPDATE photo_meta SET phash = COALESCE(phash, ?), "
+                    "phash_crops = COALESCE(phash_crops, ?) WHERE file_id = ?",
+                    out,
                 )
+            done += len(out)
             bar.update(len(part))
-    return len(todo)
+    return done
 
 
-def _hashes_or_blank(path: str, load: Callable[[str], Image.Image]) -> tuple[str, str]:
+def _hashes_or_blank(path: str, load: Callable[[str], Image.Image]) -> tuple[str, str] | None:
     """The hash and the crop hashes of the photo at ``path``; ``("", "")`` for a video
-    or a file that cannot be decoded."""
+    or a file that cannot be decoded; None for a file that is not there now."""
+    import os
+
     from vsekit.media.images import ImageError
     from vsekit.media.video import is_video
 
     if is_video(path):
         return "", ""
+    if not os.path.exists(path):
+        return None
     try:
         im = load(path)
+    except FileNotFoundError:
+        return None
     except (ImageError, OSError):
         return "", ""
     return image_hash(im), crop_hashes(im)

@@ -190,8 +190,8 @@ def search_text_embedding(
     folds copies of a photo into one hit."""
     snap = coll.snapshot
     bias = text_query_bias(coll, model, snap)
-    if text is not None:
-        bias = _add(bias, query_evidence_bias(coll, model, snap, text))
+    bonus = None if text is None else query_evidence_bias(coll, model, snap, text)
+    bias = _add(bias, bonus)
     q = np.atleast_2d(q)
     hits = _ranked(snap, k, stack, lambda n: coll.search(
         q, n, method, _score_fn(model), bias, snap, filters)[0])  # fmt: skip
@@ -199,8 +199,14 @@ def search_text_embedding(
     if rel is None:
         return hits
     rel = rel.bands(words)
-    return [replace(h, cue=rel.cue(h.score),
-                    copies=tuple(replace(c, cue=rel.cue(c.score)) for c in h.copies))
+
+    def band(h: Hit) -> str:
+        """The cue of the score the thresholds were calibrated on: the model's
+        (similarity less the CSLS penalty), without the evidence bonus."""
+        pos = snap.id_to_pos.get(h.id) if bonus is not None else None
+        return rel.cue(h.score - (0.0 if pos is None else float(bonus[snap.rows[pos]])))
+
+    return [replace(h, cue=band(h), copies=tuple(replace(c, cue=band(c)) for c in h.copies))
             for h in hits]  # fmt: skip
 
 

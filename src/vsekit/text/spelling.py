@@ -216,12 +216,12 @@ class Speller:
             return Change(word, t.words[key], "informal")
         if key in t.fillers:
             return Change(word, "", "informal")
+        if n == 0 and not self.rule.analogy or n and n >= self.rule.rare_below:
+            return None  # a known word that neither endings nor spelling may rewrite
         for end, to in t.endings:
             stem = key[: -len(end)]
             if key.endswith(end) and len(stem) >= 2 and self._frequent(stem + to):
                 return Change(word, stem + to, "informal")
-        if n == 0 and not self.rule.analogy or n and n >= self.rule.rare_below:
-            return None  # a known word that spelling may not rewrite
         d = self.rule.distance(key)
         to = self._lookup(key, d) if d else None
         return Change(word, to, "spelling") if to else None

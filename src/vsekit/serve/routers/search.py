@@ -79,7 +79,7 @@ def search(
         raise ApiError(400, str(e)) from e
     cue = has_text(q, allow_paths=False)  # photo terms alone (#ID) get no cue
     found = svc.hits(search_text_embedding, emb, k, filters=filters, stack=stack, cue=cue,
-                     text=fix.text, words=query_words(q, allow_paths=False))  # fmt: skip
+                     text=fix.text, words=query_words(fix.text, allow_paths=False))  # fmt: skip
     return {"query": q, "searched": fix.text,
             "corrections": [c.as_dict() for c in fix.changes],
             "results": [hit_json(h, svc.roots_for_display()) for h in found]}  # fmt: skip

@@ -134,9 +134,8 @@ def _add_index(sub: argparse._SubParsersAction) -> None:
 
 
 def _index(args: argparse.Namespace) -> int:
-    from vsekit.evidence.store import evidence_tap
     from vsekit.index import Collection, model_info
-    from vsekit.index.query import store_caches, store_evidence
+    from vsekit.index.query import update_index
 
     t0 = time.perf_counter()
     if args.threads:
@@ -187,20 +186,9 @@ def _index(args: argparse.Namespace) -> int:
             if note:
                 print(note, file=sys.stderr)
             coll.store.set_ann_budget(budget)
-        tap = evidence_tap(model)  # the evidence of the photos decoded for the embedding
-        rep = coll.update(
-            args.folder,
-            model.encode_image,
-            args.batch_size,
-            not args.quiet and not args.json,
-            reduce_to=model.decode_size,
-            exclude=args.exclude,
-            batches=batches,
-            tap=tap,
-        )
-        store_caches(coll, model)  # each photo's CSLS penalty (and FAISS), for `vse search`
-        # each enabled evidence source's per-photo arrays (the colour shares), for the same
-        store_evidence(coll, model, progress=not args.quiet and not args.json, tap=tap)
+        # embed, then each photo's CSLS penalty (and FAISS) and evidence, for `vse search`
+        rep = update_index(coll, model, args.folder, args.batch_size,
+                           not args.quiet and not args.json, args.exclude, batches)  # fmt: skip
         pool = model.caption_pool if model.captions and not args.no_caption_pool else None
         if pool is not None and not pool.ready and not pool.on_disk():
             # here, where a wait is expected, not at the first annotation or page view:

@@ -115,18 +115,13 @@ def start_watcher(coll, model, folder: str):
     update when it commits. Returns the thread's stop event."""
     import threading
 
-    from vsekit.evidence.store import evidence_tap
-    from vsekit.index.query import store_caches, store_evidence
+    from vsekit.index.query import update_index
     from vsekit.index.watch import watch
 
     stop = threading.Event()
 
     def update():
-        tap = evidence_tap(model)
-        rep = coll.update(folder, model.encode_image, progress=False,
-                          reduce_to=model.decode_size, tap=tap)  # fmt: skip
-        store_caches(coll, model)
-        store_evidence(coll, model, tap=tap)
+        rep = update_index(coll, model, folder)
         print(f"{folder}: {rep.summary()}", file=sys.stderr, flush=True)
         return rep
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from PIL import Image
 
-from vsekit.evidence.store import evidence_tap
 from vsekit.index.algebra import parse_query
 from vsekit.index.collection import Collection, Hit, UpdateReport, model_info
 from vsekit.index.filters import Filters
@@ -26,8 +25,7 @@ from vsekit.index.query import (
     open_collection,
     search_image,
     search_text,
-    store_caches,
-    store_evidence,
+    update_index,
 )
 from vsekit.runtime import BaseModel, load_model
 from vsekit.text.spelling import Normalised
@@ -57,20 +55,8 @@ class PhotoIndex:
     ) -> UpdateReport:
         """Embed the photos and videos under ``folder`` that are new or changed, drop the
         ones that are gone, and store each new photo's hubness penalty and evidence
-        (:func:`vsekit.index.query.store_evidence`)."""
-        tap = evidence_tap(self.model)  # evidence from the pixels decoded for embedding
-        rep = self.collection.update(
-            folder,
-            self.model.encode_image,
-            batch_size,
-            progress,
-            reduce_to=self.model.decode_size,
-            exclude=exclude,
-            tap=tap,
-        )
-        store_caches(self.collection, self.model)
-        store_evidence(self.collection, self.model, progress, tap)
-        return rep
+        (:func:`vsekit.index.query.update_index`)."""
+        return update_index(self.collection, self.model, folder, batch_size, progress, exclude)
 
     def search(
         self,

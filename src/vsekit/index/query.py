@@ -4,16 +4,16 @@ in, with the model's own similarity and the same input checks everywhere."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from vsekit.bundle import bundle_dir, precision_of
-from vsekit.evidence.store import EvidenceTap
+from vsekit.evidence.store import EvidenceTap, evidence_tap, fill_index_evidence
 from vsekit.index.algebra import parse_query, query_vector
-from vsekit.index.collection import Collection, Hit, check_model, model_info
+from vsekit.index.collection import Collection, Hit, UpdateReport, check_model, model_info
 from vsekit.index.filters import Filters
 from vsekit.index.snapshot import Snapshot
 from vsekit.index.stacking import stacked_search
@@ -269,9 +269,30 @@ def store_evidence(
     photos' per-photo arrays, those the update's ``tap`` computed
     (:func:`~vsekit.evidence.store.evidence_tap`) as they are. Returns how many photos
     were added."""
-    from vsekit.evidence.store import fill_index_evidence
-
     return fill_index_evidence(coll, model, progress=progress, tap=tap)
+
+
+def update_index(
+    coll: Collection,
+    model: BaseModel,
+    folder: str | os.PathLike,
+    batch_size: int = 16,
+    progress: bool = False,
+    exclude: Sequence[str] = (),
+    batches=None,
+) -> UpdateReport:
+    """One index update as ``vse index``, ``--watch``, ``vse serve --watch`` and
+    :meth:`vsekit.index.PhotoIndex.add` make it: embed what is new or changed under
+    ``folder`` (``batches``: where embedded batches come from, e.g. a Ray cluster), then
+    store each photo's hubness penalty (:func:`store_caches`) and the enabled evidence
+    sources' arrays, computed from the pixels the update decoded (:func:`store_evidence`)."""
+    tap = evidence_tap(model)
+    rep = coll.update(folder, model.encode_image, batch_size, progress,
+                      reduce_to=model.decode_size, exclude=exclude, batches=batches,
+                      tap=tap)  # fmt: skip
+    store_caches(coll, model)
+    store_evidence(coll, model, progress, tap)
+    return rep
 
 
 def search_vector(

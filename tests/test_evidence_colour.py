@@ -380,3 +380,42 @@ def test_the_cue_reads_the_score_without_the_evidence_bonus(tmp_path, capsys):
     assert red_hit()["cue"] == "weak"
     calibrate(bundle, fp, model_only - 0.001, model_only - 1.0)
     assert red_hit()["cue"] == "strong"
+
+
+def test_an_upgraded_index_decodes_each_photo_once_for_hashes_and_evidence(
+    tmp_path, monkeypatch, capsys
+):
+    """An index from before crop hashes and before the colour source: the next `vse
+    index` backfills both from one decode of each photo (the backfill shows its pixels
+    to the update's tap)."""
+    import sqlite3
+
+    from tests.conftest import write_image
+    from vsekit.cli import main
+    from vsekit.media import images as media_images
+
+    bundle, _, photos = _colour_bundle(tmp_path)
+    for i in range(4):
+        write_image(photos / f"p{i}.jpg", seed=i, size=64)
+    idx = tmp_path / "idx"
+    assert main(["index", str(photos), "--model", str(bundle), "--index", str(idx), "--quiet"]) == 0
+    capsys.readouterr()
+    db = sqlite3.connect(idx / "index.sqlite")
+    db.execute("UPDATE photo_meta SET phash_crops = NULL")
+    db.commit()
+    db.close()
+    (idx / "evidence" / "colour.npz").unlink()
+    decoded: list[str] = []
+    real = media_images.load_image
+
+    def counting(src, reduce_to=None):
+        decoded.append(str(src))
+        return real(src, reduce_to)
+
+    monkeypatch.setattr(media_images, "load_image", counting)
+    monkeypatch.setattr("vsekit.index.update.load_image", counting)
+    assert main(["index", str(photos), "--model", str(bundle), "--index", str(idx), "--quiet"]) == 0
+    capsys.readouterr()
+    assert sorted(decoded) == sorted(str(p) for p in photos.iterdir())  # once each
+    ev = read_evidence(idx, "colour")
+    assert ev is not None and len(ev["paths"]) == 4

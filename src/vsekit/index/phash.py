@@ -153,51 +153,64 @@ def backfill_hashes(
     load: Callable[[str], Image.Image],
     block: int = 64,
     progress: bool = False,
+    tap: Callable[[list, list], None] | None = None,
 ) -> int:
     """Hash the indexed files that have metadata but no ``phash`` or no
     ``phash_crops`` yet (an index made before they were kept), decoding each with
     ``load``; in blocks, each committed. A hash already recorded is kept (only what is
     missing is filled). A video or a file that cannot be decoded gets ``""``; a file
     that is not there now (a drive unplugged) is left as it is, to be tried again by a
-    later update. Returns how many were hashed."""
+    later update. ``tap``: shown each block's decoded photos with their (path, size,
+    mtime_ns) as indexed (the update's :data:`vsekit.index.update.Tap`), so that what
+    else needs their pixels does not decode them again. Returns how many were hashed."""
     from vsekit.progress import progress_bar
 
     todo = w.execute(
-        "SELECT f.id, f.path FROM files f JOIN photo_meta m ON m.file_id = f.id "
-        "WHERE m.phash IS NULL OR m.phash_crops IS NULL"
+        "SELECT f.id, f.path, f.size, f.mtime_ns FROM files f JOIN photo_meta m "
+        "ON m.file_id = f.id WHERE m.phash IS NULL OR m.phash_crops IS NULL"
     ).fetchall()
     done = 0
     with progress_bar(len(todo), "perceptual hashes", "file", show=progress and bool(todo)) as bar:
         for a in range(0, len(todo), block):
-            part = todo[a : a + block]
-            out = [(*h, i) for i, p in part if (h := _hashes_or_blank(p, load)) is not None]
+            out, files, images = [], [], []
+            for i, p, size, mtime in todo[a : a + block]:
+                im = _decoded(p, load)
+                if im is None:
+                    continue  # away now: tried again later
+                if isinstance(im, str):  # a video, or undecodable
+                    out.append(("", "", i))
+                    continue
+                out.append((image_hash(im), crop_hashes(im), i))
+                files.append((p, size, mtime))
+                images.append(im)
             with w:
                 w.executemany(
                     "UPDATE photo_meta SET phash = COALESCE(phash, ?), "
                     "phash_crops = COALESCE(phash_crops, ?) WHERE file_id = ?",
                     out,
                 )
+            if tap is not None and images:
+                tap(files, images)
             done += len(out)
-            bar.update(len(part))
+            bar.update(len(todo[a : a + block]))
     return done
 
 
-def _hashes_or_blank(path: str, load: Callable[[str], Image.Image]) -> tuple[str, str] | None:
-    """The hash and the crop hashes of the photo at ``path``; ``("", "")`` for a video
-    or a file that cannot be decoded; None for a file that is not there now."""
+def _decoded(path: str, load: Callable[[str], Image.Image]) -> Image.Image | str | None:
+    """The decoded photo at ``path``; ``""`` for a video or a file that cannot be
+    decoded; None for a file that is not there now."""
     import os
 
     from vsekit.media.images import ImageError
     from vsekit.media.video import is_video
 
     if is_video(path):
-        return "", ""
+        return ""
     if not os.path.exists(path):
         return None
     try:
-        im = load(path)
+        return load(path)
     except FileNotFoundError:
         return None
     except (ImageError, OSError):
-        return "", ""
-    return image_hash(im), crop_hashes(im)
+        return ""

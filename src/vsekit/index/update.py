@@ -154,7 +154,7 @@ def update(
             if on_batch is not None:
                 on_batch(done)
     backfill_meta(w)
-    backfill_hashes(w, lambda p: load_image(p, reduce_to), progress=progress)
+    backfill_hashes(w, lambda p: load_image(p, reduce_to), progress=progress, tap=tap)
     store.compact(w)
     rep.seconds = time.perf_counter() - t0
     return rep

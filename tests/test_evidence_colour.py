@@ -280,6 +280,22 @@ def test_the_rule_breaks_ties_towards_the_lower_weight():
 FUSION = {"weight": 0.1, "region": "cell", "norm": "raw", "by_length": True, "enabled": True}
 
 
+def _count_decodes(monkeypatch) -> list[str]:
+    """The paths every photo decode of an index update reads from, in order."""
+    from vsekit.media import images as media_images
+
+    decoded: list[str] = []
+    real = media_images.load_image
+
+    def counting(src, reduce_to=None):
+        decoded.append(str(src))
+        return real(src, reduce_to)
+
+    monkeypatch.setattr(media_images, "load_image", counting)
+    monkeypatch.setattr("vsekit.index.update.load_image", counting)
+    return decoded
+
+
 def _colour_bundle(tmp_path: Path) -> tuple[Path, dict, Path]:
     """A tiny model's bundle with the colour source on, its fusion, an empty photo folder."""
     from tests.conftest import make_tiny_model
@@ -329,20 +345,11 @@ def test_vse_index_decodes_each_photo_once_for_evidence(tmp_path, monkeypatch, c
     arrays a decode of its own gives."""
     from tests.conftest import write_image
     from vsekit.cli import main
-    from vsekit.media import images as media_images
 
     bundle, fusion, photos = _colour_bundle(tmp_path)
     for i in range(5):
         write_image(photos / f"p{i}.jpg", seed=i, size=64)
-    decoded: list[str] = []
-    real = media_images.load_image
-
-    def counting(src, reduce_to=None):
-        decoded.append(str(src))
-        return real(src, reduce_to)
-
-    monkeypatch.setattr(media_images, "load_image", counting)
-    monkeypatch.setattr("vsekit.index.update.load_image", counting)
+    decoded = _count_decodes(monkeypatch)
     idx = tmp_path / "idx"
     assert main(["index", str(photos), "--model", str(bundle), "--index", str(idx), "--quiet"]) == 0
     capsys.readouterr()
@@ -392,7 +399,6 @@ def test_an_upgraded_index_decodes_each_photo_once_for_hashes_and_evidence(
 
     from tests.conftest import write_image
     from vsekit.cli import main
-    from vsekit.media import images as media_images
 
     bundle, _, photos = _colour_bundle(tmp_path)
     for i in range(4):
@@ -405,15 +411,7 @@ def test_an_upgraded_index_decodes_each_photo_once_for_hashes_and_evidence(
     db.commit()
     db.close()
     (idx / "evidence" / "colour.npz").unlink()
-    decoded: list[str] = []
-    real = media_images.load_image
-
-    def counting(src, reduce_to=None):
-        decoded.append(str(src))
-        return real(src, reduce_to)
-
-    monkeypatch.setattr(media_images, "load_image", counting)
-    monkeypatch.setattr("vsekit.index.update.load_image", counting)
+    decoded = _count_decodes(monkeypatch)
     assert main(["index", str(photos), "--model", str(bundle), "--index", str(idx), "--quiet"]) == 0
     capsys.readouterr()
     assert sorted(decoded) == sorted(str(p) for p in photos.iterdir())  # once each

@@ -231,6 +231,33 @@ def test_evidence_through_an_index_boosts_the_red_photo(tmp_path):
     assert evidence_bias(coll.path, snap, [src], "a car on a road") is None
 
 
+def test_evidence_made_by_another_version_is_made_again_and_never_scored(tmp_path):
+    """Shares stored by other pixel rules (another ``version``) add nothing to a search
+    and are recomputed by the next fill."""
+    from vsekit.evidence.store import stored_version
+    from vsekit.index import Collection
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for name, rgb in {"red": (230, 10, 10), "blue": (20, 40, 220)}.items():
+        solid(rgb).save(photos / f"{name}.png")
+    info = {"name": "flat", "fingerprint": "flat", "dim": 4, "similarity": "cosine"}
+    coll = Collection(tmp_path / "idx", info)
+    coll.update(photos, lambda ims: np.tile(np.eye(4, dtype=np.float32)[:1], (len(ims), 1)),
+                progress=False)  # fmt: skip
+    snap = coll.snapshot
+    files = [(p, s, m) for p, (s, m) in zip(snap.paths, snap.stamps, strict=True)]
+    old = ColourNames({"weight": 0.5, "norm": "raw"})
+    assert fill_evidence(coll.path, files, old) == 2
+    assert set(stored_version(read_evidence(coll.path, "colour"))) == {old.version}
+    new = ColourNames({"weight": 0.5, "norm": "raw"})
+    new.version = old.version + 1  # the rules changed
+    assert not evidence_bias(coll.path, snap, [new], "a red car").any()  # stale: nothing
+    assert fill_evidence(coll.path, files, new) == 2  # made again, all of them
+    assert set(stored_version(read_evidence(coll.path, "colour"))) == {new.version}
+    assert evidence_bias(coll.path, snap, [new], "a red car").max() > 0
+
+
 # -- the selection rule --------------------------------------------------------------------------
 BEFORE = {"scoreboard": {"p@5": 0.50, "ndcg@10": 0.60}, "caption_colours": {"ndcg@10": 0.40},
           "captions_t2i": {"r_sum": 290.0}}  # fmt: skip

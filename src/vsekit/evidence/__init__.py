@@ -99,6 +99,9 @@ class EvidenceScorer(Protocol):
 
     #: the source's key in ``evidence.json`` and in stored evidence
     name: str
+    #: the version of what :meth:`index` computes: stored with each photo's arrays, so
+    #: that arrays made by another version are recomputed, and never scored meanwhile
+    version: int
 
     def index(self, photos: PhotoBatch) -> dict[str, np.ndarray]:
         """A batch of ``N`` photos -> the arrays to keep per photo, each ``[N, ...]``

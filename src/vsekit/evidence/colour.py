@@ -259,6 +259,7 @@ class ColourNames:
     """The ``colour`` evidence source (:class:`vsekit.evidence.EvidenceScorer`)."""
 
     name = "colour"
+    version = RULES
 
     def __init__(self, fusion: Mapping | None = None):
         """``fusion``: ``weight`` (the bonus scale), ``region``, ``norm``, ``by_length``

@@ -154,6 +154,7 @@ class ImageNetClasses:
     """The ``imagenet`` evidence source (:class:`vsekit.evidence.EvidenceScorer`)."""
 
     name = "imagenet"
+    version = 1
 
     def __init__(
         self,

@@ -57,6 +57,13 @@ def write_evidence(index: Path, source: str, arrays: dict[str, np.ndarray]) -> N
     atomic_write(path, buf.getvalue())
 
 
+def stored_version(evidence: dict[str, np.ndarray]) -> np.ndarray:
+    """``[N]`` the source version that made each stored row (1 for files from before
+    versions were recorded: every source was at version 1 then)."""
+    n = len(evidence["paths"])
+    return np.asarray(evidence.get("version", np.ones(n, np.int32)), np.int32)
+
+
 def _key(paths, sizes, mtimes) -> list[tuple[str, int, int]]:
     return [(str(p), int(s), int(m)) for p, s, m in zip(paths, sizes, mtimes, strict=True)]
 
@@ -86,8 +93,10 @@ def fill_evidence(
     want = [f for f in files if not is_video(f[0])]
     old = read_evidence(index, source.name)
     have: dict[tuple[str, int, int], int] = {}
-    if old is not None:
-        have = {k: i for i, k in enumerate(_key(old["paths"], old["sizes"], old["mtimes"]))}
+    if old is not None:  # rows made by another version of the source are made again
+        same = stored_version(old) == source.version
+        have = {k: i for i, k in enumerate(_key(old["paths"], old["sizes"], old["mtimes"]))
+                if same[i]}  # fmt: skip
     todo = [tuple(f) for f in want if tuple(f) not in have]
     keep = [have[tuple(f)] for f in want if tuple(f) in have]
     parts: list[dict[str, np.ndarray]] = []
@@ -124,6 +133,8 @@ def fill_evidence(
                   "mtimes": np.zeros(0, np.int64)}]  # fmt: skip
     if not done and old is not None and len(keep) == len(old["paths"]):
         return 0  # nothing gone, changed or new: the file stays as it is
+    for part in parts:  # every row records the version that made it
+        part["version"] = np.full(len(part["paths"]), source.version, np.int32)
     names = set().union(*(p.keys() for p in parts))
     merged = {k: np.concatenate([p[k] for p in parts if k in p]) for k in names}
     write_evidence(index, source.name, merged)
@@ -218,6 +229,7 @@ def evidence_bias(
         bonus = src.score(text, ev)
         if bonus is None:
             continue
+        bonus = np.where(stored_version(ev) == src.version, bonus, 0.0)  # stale rows: none
         per_key = dict(zip(_key(ev["paths"], ev["sizes"], ev["mtimes"]), bonus, strict=True))
         per_file = np.array([per_key.get((p, int(s), int(m)), 0.0)
                              for p, (s, m) in zip(snap.paths, snap.stamps, strict=True)],

@@ -285,13 +285,16 @@ def update_index(
     :meth:`vsekit.index.PhotoIndex.add` make it: embed what is new or changed under
     ``folder`` (``batches``: where embedded batches come from, e.g. a Ray cluster), then
     store each photo's hubness penalty (:func:`store_caches`) and the enabled evidence
-    sources' arrays, computed from the pixels the update decoded (:func:`store_evidence`)."""
+    sources' arrays, computed from the pixels the update decoded (:func:`store_evidence`),
+    under the writer lock."""
     tap = evidence_tap(model)
     rep = coll.update(folder, model.encode_image, batch_size, progress,
                       reduce_to=model.decode_size, exclude=exclude, batches=batches,
                       tap=tap)  # fmt: skip
     store_caches(coll, model)
-    store_evidence(coll, model, progress, tap)
+    with coll.store.writer():  # one writer at a time fills the evidence files too
+        coll.refresh()  # what another writer committed meanwhile keeps its evidence
+        store_evidence(coll, model, progress, tap)
     return rep
 
 

@@ -11,9 +11,17 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from nltk.tokenize import TreebankWordTokenizer
 
-_treebank = TreebankWordTokenizer()
+@lru_cache(maxsize=1)
+def _treebank():
+    """NLTK's Treebank tokenizer, imported on first use: importing NLTK takes about a
+    second (its package imports SciPy), which commands that tokenise nothing (``vse
+    index``, ``vse duplicates``, ``vse serve`` until a query) need not pay."""
+    from nltk.tokenize import TreebankWordTokenizer
+
+    return TreebankWordTokenizer()
+
+
 # Treebank only splits a period at the very end of the string; a caption's trailing
 # "." may be followed by spaces or quotes.
 _FINAL_PERIOD = re.compile(r"([^.])\.(\s*['\"]?\s*)$")
@@ -22,7 +30,7 @@ _FINAL_PERIOD = re.compile(r"([^.])\.(\s*['\"]?\s*)$")
 @lru_cache(maxsize=1 << 16)
 def _tokenize(text: str) -> tuple[str, ...]:
     text = _FINAL_PERIOD.sub(r"\1 .\2", text.strip().lower())
-    return tuple(_treebank.tokenize(text))
+    return tuple(_treebank().tokenize(text))
 
 
 def tokenize(text: str) -> list[str]:

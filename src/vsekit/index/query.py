@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from vsekit.bundle import bundle_dir, precision_of
-from vsekit.evidence.store import EvidenceTap, evidence_tap, fill_index_evidence
+from vsekit.evidence.store import evidence_tap, fill_index_evidence
 from vsekit.index.algebra import parse_query, query_vector
 from vsekit.index.collection import Collection, Hit, UpdateReport, check_model, model_info
 from vsekit.index.filters import Filters
@@ -261,17 +261,6 @@ def store_caches(coll: Collection, model: BaseModel) -> None:
         coll.store_caches(model.image_penalty, hub.key)
 
 
-def store_evidence(
-    coll: Collection, model: BaseModel, progress: bool = False, tap: EvidenceTap | None = None
-) -> int:
-    """What ``vse index`` stores after an update for each enabled evidence source of the
-    model (:func:`vsekit.evidence.store.fill_index_evidence`): the new and changed
-    photos' per-photo arrays, those the update's ``tap`` computed
-    (:func:`~vsekit.evidence.store.evidence_tap`) as they are. Returns how many photos
-    were added."""
-    return fill_index_evidence(coll, model, progress=progress, tap=tap)
-
-
 def update_index(
     coll: Collection,
     model: BaseModel,
@@ -284,9 +273,9 @@ def update_index(
     """One index update as ``vse index``, ``--watch``, ``vse serve --watch`` and
     :meth:`vsekit.index.PhotoIndex.add` make it: embed what is new or changed under
     ``folder`` (``batches``: where embedded batches come from, e.g. a Ray cluster), then
-    store each photo's hubness penalty (:func:`store_caches`) and the enabled evidence
-    sources' arrays, computed from the pixels the update decoded (:func:`store_evidence`),
-    under the writer lock."""
+    store each photo's hubness penalty (:func:`store_caches`) and, under the writer
+    lock, the enabled evidence sources' arrays, computed from the pixels the update
+    decoded (:func:`vsekit.evidence.store.fill_index_evidence`)."""
     tap = evidence_tap(model)
     rep = coll.update(folder, model.encode_image, batch_size, progress,
                       reduce_to=model.decode_size, exclude=exclude, batches=batches,
@@ -294,7 +283,7 @@ def update_index(
     store_caches(coll, model)
     with coll.store.writer():  # one writer at a time fills the evidence files too
         coll.refresh()  # what another writer committed meanwhile keeps its evidence
-        store_evidence(coll, model, progress, tap)
+        fill_index_evidence(coll, model, progress=progress, tap=tap)
     return rep
 
 

@@ -36,7 +36,8 @@ from vsekit.lab.train import load_config  # noqa: E402
 from vsekit.lab.train.config import apply_overrides  # noqa: E402
 from vsekit.lab.train.export import model_from_run  # noqa: E402
 from vsekit.lab.train.features import image_features  # noqa: E402
-from vsekit.lab.train.trainer import Trainer, load_train_data, make_optimizer  # noqa: E402
+from vsekit.lab.train.retrieval_data import load_train_data  # noqa: E402
+from vsekit.lab.train.trainer import Trainer, make_optimizer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 F8K = ROOT.parent / "shared" / "data" / "flickr8k"

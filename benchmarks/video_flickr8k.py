@@ -154,7 +154,8 @@ def word2videovec(minutes: float) -> dict:
     from vsekit.lab.train import load_config
     from vsekit.lab.train.config import apply_overrides
     from vsekit.lab.train.features import image_features
-    from vsekit.lab.train.trainer import Trainer, load_run, load_train_data
+    from vsekit.lab.train.retrieval_data import load_train_data
+    from vsekit.lab.train.trainer import Trainer, load_run
 
     out = {}
     for vec in VECTORISERS:

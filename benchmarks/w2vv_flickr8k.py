@@ -35,7 +35,8 @@ from vsekit.lab.eval.model_eval import caption_ranks, encode_all, evaluate_model
 from vsekit.lab.eval.text_retrieval import recall_by_length, text_to_text_map  # noqa: E402
 from vsekit.lab.text.encoders import TextEncoderConfig, create_text_encoder  # noqa: E402
 from vsekit.lab.train import load_config  # noqa: E402
-from vsekit.lab.train.trainer import Trainer, load_run, load_train_data  # noqa: E402
+from vsekit.lab.train.retrieval_data import load_train_data  # noqa: E402
+from vsekit.lab.train.trainer import Trainer, load_run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "runs" / "bench-w2vv"

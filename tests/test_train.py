@@ -19,7 +19,8 @@ from vsekit.lab.train.config import (
     TrainConfig,
     load_config,
 )
-from vsekit.lab.train.trainer import TrainData, Trainer, epoch_pairs, load_run
+from vsekit.lab.train.retrieval_data import TrainData, epoch_pairs
+from vsekit.lab.train.trainer import Trainer, load_run
 
 FILLER = ["a", "photo", "of", "the", "some", "nice", "picture", "with"]
 
@@ -342,7 +343,7 @@ def test_held_out_words_are_never_read(tmp_path):
     not in the vocabulary; dev is untouched."""
     from vsekit.lab.data import load_dataset
     from vsekit.lab.train.config import from_dict
-    from vsekit.lab.train.trainer import load_train_data
+    from vsekit.lab.train.retrieval_data import load_train_data
 
     root = write_flickr8k_folder(tmp_path / "f8k", n=12, n_train=10)
     token = root / "Flickr8k.token.txt"

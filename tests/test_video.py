@@ -287,7 +287,8 @@ train: {{optimizer: rmsprop, lr: 0.01, epochs: 3, batch_size: 4, captions: all,
 
 def test_joint_embedding_trains_on_video_features(tmp_path):
     from vsekit.lab.train.config import ExperimentConfig, from_dict
-    from vsekit.lab.train.trainer import Trainer, load_train_data
+    from vsekit.lab.train.retrieval_data import load_train_data
+    from vsekit.lab.train.trainer import Trainer
 
     root = video_folder(tmp_path, audio=False)
     cfg = from_dict(ExperimentConfig, {

@@ -110,7 +110,8 @@ def order_stats(run: Path) -> dict:
     from vsekit.lab.data import Vocabulary
     from vsekit.lab.eval.model_eval import encode_all
     from vsekit.lab.train.config import apply_overrides, config_from_json
-    from vsekit.lab.train.trainer import load_run, load_train_data
+    from vsekit.lab.train.retrieval_data import load_train_data
+    from vsekit.lab.train.trainer import load_run
 
     model, meta = load_run(run, "last")
     cfg = apply_overrides(config_from_json(json.dumps(meta["config"])), ["data.val_from_train=0"])
@@ -144,7 +145,7 @@ def _score_retrieval(model, cfg, vocab, weighted: bool, lengths: bool) -> dict:
     from vsekit.lab.eval import evaluate_model
     from vsekit.lab.eval.model_eval import caption_ranks
     from vsekit.lab.eval.text_retrieval import recall_by_length
-    from vsekit.lab.train.trainer import load_train_data
+    from vsekit.lab.train.retrieval_data import load_train_data
     from vsekit.text.tokenizer import tokenize
 
     data = load_train_data(cfg, vocab=vocab, progress=False)

@@ -1,7 +1,8 @@
 """Training: configs, the trainer, checkpoints."""
 
 from vsekit.lab.train.config import ConfigError, ExperimentConfig, load_config
-from vsekit.lab.train.trainer import TrainData, Trainer, load_run, train
+from vsekit.lab.train.retrieval_data import TrainData
+from vsekit.lab.train.trainer import Trainer, load_run, train
 
 __all__ = [
     "ConfigError",

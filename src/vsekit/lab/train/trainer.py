@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,16 +24,16 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from vsekit.fsio import atomic_write
-from vsekit.lab.data import Dataset, Vocabulary, load_dataset, tokenize
-from vsekit.lab.eval.model_eval import evaluate_model
+from vsekit.lab.data import Vocabulary
+from vsekit.lab.features.backbones import create_backbone
 from vsekit.lab.features.store import StoreError
 from vsekit.lab.losses import create_loss, loss_options
 from vsekit.lab.models.factory import create_model
-from vsekit.lab.models.task import FeatureTask
 from vsekit.lab.train import checkpoint as ckpt
 from vsekit.lab.train.config import ExperimentConfig
-from vsekit.lab.train.distributed import SINGLE, Dist, from_env, global_loss, shard
-from vsekit.lab.train.features import ensure_store, image_features, train_and_selection
+from vsekit.lab.train.distributed import from_env
+from vsekit.lab.train.retrieval_data import TrainData, load_train_data
+from vsekit.lab.train.tuned import load_tuned_data, tuned_model
 
 
 def _device(t) -> torch.device:
@@ -52,137 +51,6 @@ class _TrainingOutputs(torch.nn.Module):
 
     def forward(self, features, texts):
         return self.model.training_outputs(features, texts)
-
-
-@dataclass
-class TrainData(FeatureTask):
-    """Everything a training run reads, already aligned: row k of ``*_feats`` is image k."""
-
-    train_feats: torch.Tensor  # (N_train, F), int8 (FNE) or float32
-    train_texts: list[str]
-    train_c2i: np.ndarray  # (M_train,)
-    dev_feats: torch.Tensor
-    dev_texts: list[str]
-    dev_c2i: np.ndarray
-    vocab: Vocabulary
-    store_fingerprint: str = ""
-    image_identity: dict | None = None  # backbone, weights sha256, preprocessing
-
-    # -- the task interface the Trainer uses (tag ranking implements the same) --------
-    select = "rsum"  # dev metric that picks the best checkpoint
-    collapse_metric = "rsum"  # the paper's "has not started learning" criterion uses it
-
-    def epoch_batches(self, mode: str, batch_size: int, rng: np.random.Generator):
-        """Index batches of one epoch: ``[B, 2]`` (image, caption) rows."""
-        pairs = epoch_pairs(self.train_c2i, len(self.train_feats), mode, rng)
-        return [pairs[a : a + batch_size] for a in range(0, len(pairs), batch_size)]
-
-    #: the task can train on several processes (global-batch negatives)
-    distributed = True
-
-    def batch_loss(
-        self, model, loss_fn, b: np.ndarray, d: Dist = SINGLE, forward=None
-    ) -> torch.Tensor:
-        """The loss of the global batch ``b`` (``[B, 2]`` rows). On ``d.world``
-        processes this rank embeds its shard (through ``forward``, the DDP wrapper) and
-        the loss compares it with every rank's (:mod:`vsekit.lab.train.distributed`);
-        rows that share an image are never each other's negatives."""
-        part = b[shard(len(b), d)]
-        ids = torch.from_numpy(part[:, 0])
-        img, txt = (forward or model.training_outputs)(
-            self.train_feats[ids], [self.train_texts[j] for j in part[:, 1]]
-        )
-        return global_loss(loss_fn, img, txt, ids, d)
-
-    def evaluate(self, model, batch: int = 1024) -> dict[str, float]:
-        return evaluate_model(model, self.dev_feats, self.dev_texts, self.dev_c2i, batch=batch)
-
-    @staticmethod
-    def summary(row: dict) -> str:
-        return (
-            f"dev rsum {row['rsum']:.1f}  (i2t R@1 {row['i2t_r1']:.1f}, "
-            f"t2i R@1 {row['t2i_r1']:.1f})"
-        )
-
-    def closed_form(self, model, batches, ridge: float) -> float:
-        """Ridge regression on every pair of the epoch in one solve; returns train MSE."""
-        model.eval()
-        pairs = np.concatenate(batches) if batches else np.zeros((0, 2), np.int64)
-
-        def chunks(bs: int = 4096):
-            for a in range(0, len(pairs), bs):
-                b = pairs[a : a + bs]
-                yield (
-                    self.train_feats[torch.from_numpy(b[:, 0])].float(),
-                    [self.train_texts[j] for j in b[:, 1]],
-                )
-
-        model.fit_closed_form(chunks(), ridge)
-        loss_fn, total = create_loss("mse"), 0.0
-        with torch.no_grad():
-            for f, tx in chunks():
-                total += float(loss_fn(*model.training_outputs(f, tx))) * len(tx)
-        return total / max(len(pairs), 1)
-
-    @classmethod
-    def from_datasets(
-        cls,
-        train: Dataset,
-        dev: Dataset,
-        train_feats,
-        dev_feats,
-        vocab: Vocabulary | None = None,
-        min_count: int = 1,
-        fingerprint: str = "",
-    ) -> TrainData:
-        if vocab is None:
-            vocab = Vocabulary.build(
-                (tokenize(c.text) for c in train.captions), min_count=min_count
-            )
-        return cls(
-            torch.as_tensor(np.asarray(train_feats)),
-            train.texts,
-            train.caption_to_image,
-            torch.as_tensor(np.asarray(dev_feats)),
-            dev.texts,
-            dev.caption_to_image,
-            vocab,
-            fingerprint,
-        )
-
-
-def load_train_data(
-    cfg: ExperimentConfig, vocab: Vocabulary | None = None, progress: bool = True
-) -> TrainData:
-    ds = load_dataset(cfg.data.root, cfg.data.format)
-    store = ensure_store(cfg.data, ds, progress=progress)
-    train, dev = train_and_selection(ds, cfg.data)
-    if cfg.data.hold_out_words:  # never read: not in the vocabulary, not in any batch
-        train = train.without_words(cfg.data.hold_out_words)
-        if cfg.data.val_from_train:
-            dev = dev.without_words(cfg.data.hold_out_words)
-    tf = image_features(store, cfg.data.features, [im.id for im in train.images])
-    df = image_features(store, cfg.data.features, [im.id for im in dev.images])
-    data = TrainData.from_datasets(
-        train, dev, tf, df, vocab, cfg.data.vocab_min_count, store.fingerprint()
-    )
-    data.image_identity = store.identity()
-    return data
-
-
-def epoch_pairs(c2i: np.ndarray, n_images: int, mode: str, rng: np.random.Generator) -> np.ndarray:
-    """``[P, 2]`` (image, caption) pairs of one epoch, shuffled. ``one``: each image once
-    with a random caption of its own; ``all``: every caption once."""
-    if mode == "all":
-        pairs = np.stack([c2i, np.arange(len(c2i))], axis=1)
-    else:
-        order = np.argsort(c2i, kind="stable")
-        counts = np.bincount(c2i, minlength=n_images)
-        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        has = np.flatnonzero(counts)
-        pick = starts[has] + (rng.random(len(has)) * counts[has]).astype(np.int64)
-        pairs = np.stack([has, order[pick]], axis=1)
-    return pairs[rng.permutation(len(pairs))]
 
 
 HINGE_LOSSES = ("sum_hinge", "max_hinge")
@@ -597,7 +465,8 @@ def train(
     else:
         has_vocab = resume and (run / "vocab.json").is_file()
         vocab = Vocabulary.load(run / "vocab.json") if has_vocab else None
-        data = load_train_data(cfg, vocab, progress and d.main)
+        load = load_tuned_data if cfg.tune is not None else load_train_data
+        data = load(cfg, vocab, progress and d.main)
     if d.main and d.world > 1:
         torch.distributed.barrier()
     if resume and (run / "config.json").is_file():
@@ -615,6 +484,11 @@ def load_run(run_dir: str | Path, which: str = "best") -> tuple[torch.nn.Module,
     meta = json.loads((run / "config.json").read_text())
     cfg = config_from_json(json.dumps(meta["config"]))
     vocab = Vocabulary.load(run / "vocab.json")
-    model = create_model(meta["img_dim"], vocab, cfg.model)
+    if cfg.tune is not None:  # the stage's weights come from the checkpoint
+        model = tuned_model(
+            meta["img_dim"], vocab, cfg, create_backbone(cfg.data.backbone, "random")
+        )
+    else:
+        model = create_model(meta["img_dim"], vocab, cfg.model)
     ckpt.load_model_weights(model, ckpt.load_pointer(run, which))
     return model.eval(), meta

@@ -105,6 +105,20 @@ class TrainConfig:
 
 
 @dataclass
+class TuneConfig:
+    """Train the backbone's last stage with the model (:mod:`vsekit.lab.train.tuned`):
+    the layers below it are cached once (:mod:`vsekit.lab.features.stage_cache`), the
+    stage starts from its pretrained weights, its batch-norm statistics stay frozen."""
+
+    stage: str = "layer4"  # the tuned stage (ResNet-50: layer4)
+    lr_scale: float = 0.1  # its learning rate is train.lr times this; 0 keeps it frozen
+    cache: str = "~/.cache/vsekit/stages"  # where the activations below it are cached
+    # a finished tune run whose best weights (head and stage) this run starts from
+    # (VSE++'s protocol: train the head on the frozen stage, then tune both)
+    init_from: str | None = None
+
+
+@dataclass
 class ExperimentConfig:
     name: str = "experiment"
     task: str = "retrieval"  # retrieval (image-text) | tags (tag ranking)
@@ -113,6 +127,7 @@ class ExperimentConfig:
     loss: LossConfig = field(default_factory=LossConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     tags: TagConfig = field(default_factory=TagConfig)
+    tune: TuneConfig | None = None  # fine-tune the backbone's last stage (None: frozen features)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -185,6 +200,12 @@ def validate(cfg: ExperimentConfig, where: str = "config") -> None:
         ),
         (cfg.train.optimizer in OPTIMIZERS, "train.optimizer", " | ".join(OPTIMIZERS)),
         (cfg.train.precision in ("fp32", "bf16"), "train.precision", "fp32 | bf16"),
+        (cfg.tune is None or cfg.tune.lr_scale >= 0, "tune.lr_scale", ">= 0"),
+        (
+            cfg.tune is None or (cfg.task == "retrieval" and cfg.data.features == "baseline"),
+            "tune",
+            "set only with task: retrieval and data.features: baseline (the stage's pooled output)",
+        ),
         (
             not cfg.train.refit_from or cfg.data.val_from_train == 0,
             "data.val_from_train",

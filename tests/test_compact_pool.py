@@ -74,7 +74,7 @@ def test_a_shipped_pool_is_used_without_embedding_a_caption(tmp_path, monkeypatc
     imgs = [str(p) for p in sorted(photos.iterdir())]
     monkeypatch.setenv("VSEKIT_CACHE", str(tmp_path / "cache-reference"))
     ref = vsekit.load_model(str(bundle), backend="torch")
-    ref._compact_info = False  # the reference: the pool computed through the text encoder
+    ref.pools._compact_info = False  # the reference: the pool computed through the text encoder
     want = ref.annotate(imgs, k=6)  # every caption, with its exact score
     want_pen = ref.image_penalty(ref.encode_image(imgs))
     monkeypatch.setenv("VSEKIT_CACHE", str(tmp_path / "cache"))
@@ -136,7 +136,7 @@ def test_a_second_process_waits_for_the_first_ones_pool(tmp_path, monkeypatch):
     second.encode_text = Counting(second)
     emb = first.encode_image([str(p) for p in sorted(photos.iterdir())])
     assert second.hubness is not None  # loaded; its caption bank is embedded lazily
-    bank = second._bank_pool
+    bank = second.pools.bank_pool
     out: dict = {}
     indexer = threading.Thread(target=lambda: out.setdefault("a", first.image_penalty(emb)))
     indexer.start()
@@ -232,12 +232,12 @@ def test_first_index_and_annotate_of_the_default_compute_no_caption(tmp_path, mo
     assert len(json.loads(out[out.index("{") :])["captions"]) == 5
     assert not (tmp_path / "cache" / "captions").exists()
     # a later search reads every photo's stored penalty: the compact pool is not read
-    import vsekit.runtime.base as base
+    import vsekit.runtime.pools as pools
 
     def unread(*a, **kw):
         raise AssertionError("the search read the compact caption pool")
 
-    monkeypatch.setattr(base, "read_compact", unread)
+    monkeypatch.setattr(pools, "read_compact", unread)
     assert main(["search", "a cat", "--index", str(tmp_path / "idx"), "--k", "2"]) == 0
     assert len(capsys.readouterr().out.strip().splitlines()) == 2
 

@@ -6,6 +6,9 @@ the bundle's annotation veto (:mod:`vsekit.evidence.veto`) when it has one on.
 veto, the model's best ``candidates`` captions are re-ranked by the photo's ImageNet class
 probabilities (from the image features the annotation decodes anyway for its tags);
 without it, annotation is the pool's top ``k`` as before.
+
+Each model owns one :class:`Annotator` (``model.annotator``): its ``annotate``,
+``annotation_veto``, ``tags``, ``tag_threshold`` and ``tags_from_features`` delegate to it.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vsekit.media.video import is_video
+from vsekit.runtime.inputs import ImageInput, as_image_list
 
 if TYPE_CHECKING:
     from vsekit.evidence.veto import AnnotationVeto, Ranked
@@ -61,6 +65,65 @@ class Annotation:
         nouns = [n.as_dict() for n in v.vetoed]
         return {key: v.text, "score": r(v.model_score), "nouns": nouns,
                 "reason": v.reason(self.floor)}  # fmt: skip
+
+
+class Annotator:
+    """The annotation and tags of one ``model``, under its bundle's veto (read once)."""
+
+    def __init__(self, model: BaseModel) -> None:
+        self.model = model
+        self._veto: AnnotationVeto | bool | None = None  # False: the bundle has none on
+
+    @property
+    def veto(self) -> AnnotationVeto | None:
+        """The bundle's annotation veto (:class:`vsekit.evidence.veto.AnnotationVeto`)
+        when its ``evidence.json`` has one on, else None; read once."""
+        if self._veto is None:
+            from vsekit.evidence.veto import AnnotationVeto
+
+            path = self.model.path
+            found = AnnotationVeto.from_bundle(path) if path is not None else None
+            self._veto = found or False
+        return self._veto or None
+
+    def annotate(self, images: ImageInput | Sequence[ImageInput], k: int = 5):
+        """The ``k`` best captions of the model's pool for each image or video file
+        (a video by its whole-clip embedding), with scores; under the bundle's
+        annotation veto when it has one on."""
+        model = self.model
+        items, single = as_image_list(images)
+        if self.veto is None:
+            best = model.caption_pool.best(_media_vectors(model, items), k)
+        else:
+            emb, feats = embed_media(model, items)
+            best = [a.captions for a in annotate_arrays(model, emb, feats, k)]
+        return best[0] if single else best
+
+    def tags(self, images: ImageInput | Sequence[ImageInput], k: int = 10):
+        """The ``k`` best tags of each image (empty without a tagger in the bundle), less
+        those the annotation veto rules out when it covers tags."""
+        items, single = as_image_list(images)
+        out = vetoed_tags(self.model, self.model.image_features(items), k) if items else []
+        return out[0] if single else out
+
+    @property
+    def tag_threshold(self) -> float | None:
+        """The calibrated probability below which a tag is not shown (taggers trained with
+        ``loss: tag_bce``; their score is a logit), or None: always the top ``k``."""
+        return (self.model.info.get("tagger") or {}).get("threshold")
+
+    def tags_from_features(
+        self, features: np.ndarray, k: int = 10
+    ) -> list[list[tuple[str, float]]]:
+        """Top-``k`` tags of each image from its ``[N, F]`` features: ``(tag, score)``,
+        or, for a calibrated tagger, ``(tag, probability)`` of at most ``k`` tags whose
+        probability reaches :attr:`tag_threshold` (possibly none)."""
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        ranker = self.model.tag_ranker
+        if ranker is None:
+            return [[] for _ in range(len(features))]
+        return ranker.top(features, k, self.tag_threshold)
 
 
 def model_veto(model: BaseModel) -> AnnotationVeto | None:
@@ -115,6 +178,21 @@ def vetoed_tags(model: BaseModel, features: np.ndarray, k: int) -> list[list[tup
     probs = veto.class_probs(features)
     tags = model.tags_from_features(features, k + SPARE_TAGS)
     return [veto.filter_tags(p, t, k)[0] for p, t in zip(probs, tags, strict=True)]
+
+
+def _media_vectors(model: BaseModel, items: Sequence[ImageInput]) -> np.ndarray:
+    """``[N, D]``: photos as :meth:`~BaseModel.encode_image`, video files by their clip
+    vector (annotation without a veto needs no image features)."""
+    videos = [k for k, x in enumerate(items) if isinstance(x, str | os.PathLike) and is_video(x)]
+    if not videos:
+        return model.encode_image(items)
+    out = np.zeros((len(items), model.embed_dim), np.float32)
+    photos = [k for k in range(len(items)) if k not in set(videos)]
+    if photos:
+        out[photos] = model.encode_image([items[k] for k in photos])
+    for k in videos:
+        out[k] = model.encode_video(items[k]).clip
+    return out
 
 
 def embed_media(model: BaseModel, items: Sequence, batch_size: int = 16):

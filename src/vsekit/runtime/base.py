@@ -3,6 +3,13 @@ public encode / similarity / annotate / tags API and its batching. A backend
 (:class:`~vsekit.lab.torch_model.VSEModel` on PyTorch, :class:`~vsekit.runtime.onnx_model.
 OnnxModel` on ONNX Runtime) supplies three things: ``_encode_text_batch(texts)``,
 ``image_features(images)`` and ``encode_image_features(features)``.
+
+:class:`BaseModel` itself holds the encoders and the model's identity; it is the facade of
+two parts it owns, each made on first use: ``model.pools``
+(:class:`~vsekit.runtime.pools.ModelPools`: caption pool, compact pool, hubness
+reduction, penalties, retrieval scores) and ``model.annotator``
+(:class:`~vsekit.runtime.annotator.Annotator`: annotation, the veto, tags; the tag
+ranking itself is :class:`~vsekit.runtime.tagging.TagRanker`).
 """
 
 from __future__ import annotations
@@ -13,30 +20,30 @@ import os
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from PIL import Image
 
-from vsekit.bundle import (
-    ModelError,
-)
+from vsekit.bundle import ModelError
 from vsekit.fne import FNEStats
-from vsekit.media.video import Sampling, VideoVectors, embed_video, is_video
+from vsekit.media.video import Sampling, VideoVectors, embed_video
 from vsekit.media.views import decode_size
 from vsekit.progress import progress_bar
-from vsekit.runtime.compact import CompactPool, captions_key, read_compact, read_compact_info
-from vsekit.runtime.hubness import Hubness, caption_bank_texts, read_hubness
+from vsekit.runtime.annotator import Annotator
+from vsekit.runtime.inputs import ImageInput, as_image_list
 from vsekit.runtime.kinds import FEATURE_KINDS
+from vsekit.runtime.pools import ModelPools
 from vsekit.runtime.precision import PrecisionChoice
+from vsekit.runtime.tagging import TagRanker
 from vsekit.similarity import similarity, unit
 
-ImageInput = str | os.PathLike | Image.Image
+if TYPE_CHECKING:
+    from vsekit.evidence.veto import AnnotationVeto
+    from vsekit.runtime.captions import CaptionPool
+    from vsekit.runtime.compact import CompactPool
+    from vsekit.runtime.hubness import Hubness
 
-
-def _as_list(images) -> tuple[list, bool]:
-    """``(items, single)``: one path or PIL image becomes a list of one."""
-    single = isinstance(images, str | os.PathLike | Image.Image)
-    return ([images] if single else list(images)), single
+__all__ = ["WEAK_COUNT", "BaseModel", "ImageInput", "unit"]
 
 
 def _batches(items: Sequence, size: int) -> Iterator[Sequence]:
@@ -53,6 +60,9 @@ class BaseModel:
     precision = "fp32"  # of the image encoder (ONNX Runtime may run int8)
     #: what the ONNX backend chose for this CPU and why (None: the backend is fp32 only)
     precision_choice: PrecisionChoice | None = None
+    # made on first use (class defaults: a subclass need not call __init__ to have them)
+    _pools: ModelPools | None = None
+    _annotator: Annotator | None = None
 
     def __init__(
         self,
@@ -72,14 +82,11 @@ class BaseModel:
         self.captions = captions or []
         self.path = path
         self.tagger = tagger  # (W [F, word_dim], tag names)
-        self._tag_vectors = None  # (vectors of the known tags, their names)
         self._tag_table = None  # ([T, D] word vectors of every tag, [T] known)
         self._tag_bias = None  # [T] per-tag bias of a tagger with learned tags
-        self._pool = None
-        self._hub: Hubness | bool | None = None  # False: the bundle has none
-        self._compact: CompactPool | bool | None = None  # False: none that fits
-        self._bank_pool = None  # the hubness caption bank's pool when it is computed
-        self._compact_info: dict | bool | None = None  # captions.emb.json; False: none fits
+        # the TagRanker of the known tags: None until first used, and set back to None by
+        # whoever replaces the three above (vsekit.lab.train.export.attach_tagger)
+        self._tag_vectors: TagRanker | None = None
 
     # -- identity ------------------------------------------------------------------
     @property
@@ -200,7 +207,7 @@ class BaseModel:
         Images are decoded, cropped and run through the backbone ``batch_size`` at a time,
         so memory is bounded by the batch, not by ``len(images)``. ``normalize``: unit rows.
         """
-        items, single = _as_list(images)
+        items, single = as_image_list(images)
         out = np.zeros((len(items), self.embed_dim), np.float32)
         a = 0
         with progress_bar(len(items), "images", "image", show_progress) as bar:
@@ -245,115 +252,51 @@ class BaseModel:
         b = np.atleast_2d(np.asarray(text_emb, np.float32))
         return similarity(self.similarity_name, a, b, bool(self.model_config.get("abs", False)))
 
-    # -- hubness reduction (CSLS) ---------------------------------------------------
+    # -- caption pools and hubness reduction (CSLS): :class:`ModelPools` -------------
+    @property
+    def pools(self) -> ModelPools:
+        """The model's caption pool, compact pool and hubness reduction
+        (:class:`~vsekit.runtime.pools.ModelPools`), made on first use."""
+        if self._pools is None:
+            with _OWNER_LOCK:  # one per model: it holds the pools' locks and caches
+                if self._pools is None:
+                    self._pools = ModelPools(self)
+        return self._pools
+
     @property
     def hubness(self) -> Hubness | None:
-        """The bundle's hubness reduction (:mod:`vsekit.runtime.hubness`), or None if it ships
-        none. Its caption bank (every ``caption_stride``-th caption of the pool) is
-        embedded on first use and cached on disk, like the caption pool."""
-        if self._hub is None:
-            with _POOL_LOCK:  # one bank per model, whatever the threads asking
-                if self._hub is None:
-                    self._hub = self._load_hubness()
-        return self._hub or None
-
-    def _load_hubness(self) -> Hubness | bool:
-        """The bundle's hubness settings with a lazily embedded caption bank; False when
-        the bundle ships none."""
-        spec = None
-        if self.path is not None and self.similarity_name == "cosine":
-            try:
-                spec = read_hubness(self.path)
-            except ValueError as e:
-                raise ModelError(str(e)) from e
-        if spec is None:
-            return False
-        cfg, bank, bank_sha = spec
-        if bank.shape[1] != self.embed_dim:
-            raise ModelError(f"{self.path}: hubness image bank has {bank.shape[1]} "
-                             f"columns, the model embeds in {self.embed_dim}")  # fmt: skip
-        from vsekit.runtime.captions import CaptionPool
-
-        texts = caption_bank_texts(self.captions, cfg.caption_stride)
-        meta = self._compact_meta()
-        if meta is not None:
-            # the bank is every stride-th row of the shipped pool, read when first needed
-            # (never by a search whose photos' penalties are all stored)
-            rows = slice(None, None, cfg.caption_stride)
-            key = f"{len(texts)}-compact-{meta['sha256'][:12]}"
-            return Hubness(cfg, bank, lambda: self.compact_pool.rows(rows), key, bank_sha)
-        pool = self._bank_pool = CaptionPool(self, texts, cache=True, name="caption bank")
-        return Hubness(cfg, bank, lambda: pool.embeddings, pool.key, bank_sha)
+        """The bundle's hubness reduction, or None (:attr:`ModelPools.hubness`)."""
+        return self.pools.hubness
 
     @property
     def compact_pool(self) -> CompactPool | None:
-        """The caption pool's embeddings shipped with the bundle (:mod:`vsekit.runtime.
-        compact`), read and verified on first use; None when the bundle has none, or
-        has one made for other weights or captions (then they are computed)."""
-        if self._compact is None:
-            with _COMPACT_LOCK:
-                if self._compact is None:
-                    self._compact = self._load_compact() or False
-        return self._compact or None
-
-    def _compact_meta(self) -> dict | None:
-        """``captions.emb.json`` when the bundle ships a compact pool made for these
-        weights and captions (read, not the pool itself), else None."""
-        if self._compact_info is None:
-            meta = None
-            if self.path is not None and self.captions and self.similarity_name == "cosine":
-                meta = read_compact_info(self.path)
-            fits = meta is not None and (
-                meta.get("model_fingerprint") == self.weights_fingerprint
-                and meta.get("embed_dim") == self.embed_dim
-                and meta.get("captions_sha256") == captions_key(list(dict.fromkeys(self.captions)))
-            )
-            self._compact_info = meta if fits else False
-        return self._compact_info or None
-
-    def _load_compact(self) -> CompactPool | None:
-        meta = self._compact_meta()
-        return None if meta is None else read_compact(self.path, meta)
+        """The caption pool's shipped compact embeddings, or None
+        (:attr:`ModelPools.compact_pool`)."""
+        return self.pools.compact_pool
 
     def set_hubness(self, hubness: Hubness | None) -> None:
         """Use ``hubness`` (or none) instead of what the bundle ships."""
-        self._hub = hubness if hubness is not None else False
-        self._pool = None
+        self.pools.set_hubness(hubness)
 
     def image_penalty(self, image_emb) -> np.ndarray:
-        """``[N]``: what CSLS subtracts from each image's scores against every text
-        (zeros without hubness reduction); ``vse index`` stores it with each photo."""
-        a = np.atleast_2d(np.asarray(image_emb, np.float32))
-        hub = self.hubness
-        return np.zeros(len(a), np.float32) if hub is None else hub.image_penalty(a)
+        """``[N]`` CSLS image penalties (:meth:`ModelPools.image_penalty`)."""
+        return self.pools.image_penalty(image_emb)
 
     def text_penalty(self, text_emb) -> np.ndarray:
-        """``[M]``: what CSLS subtracts from each text's scores against every image."""
-        b = np.atleast_2d(np.asarray(text_emb, np.float32))
-        hub = self.hubness
-        return np.zeros(len(b), np.float32) if hub is None else hub.text_penalty(b)
+        """``[M]`` CSLS text penalties (:meth:`ModelPools.text_penalty`)."""
+        return self.pools.text_penalty(text_emb)
 
     def retrieval_scores(self, image_emb, text_emb) -> np.ndarray:
         """``[N, M]`` scores to rank by: :meth:`similarity` less both CSLS penalties when
-        the bundle ships hubness reduction (what search and annotation rank by), else
-        :meth:`similarity` itself."""
-        s = self.similarity(image_emb, text_emb)
-        if self.hubness is None:
-            return s
-        return s - self.image_penalty(image_emb)[:, None] - self.text_penalty(text_emb)[None, :]
+        the bundle ships hubness reduction (:meth:`ModelPools.retrieval_scores`)."""
+        return self.pools.retrieval_scores(image_emb, text_emb)
 
-    # -- annotation and tags -------------------------------------------------------
     @property
-    def caption_pool(self):
+    def caption_pool(self) -> CaptionPool:
         """The model's captions with their embeddings (computed once, cached on disk)."""
-        if self._pool is None:
-            from vsekit.runtime.captions import CaptionPool
+        return self.pools.caption_pool
 
-            with _POOL_LOCK:  # one pool per model, whatever the threads asking
-                if self._pool is None:
-                    self._pool = CaptionPool(self)
-        return self._pool
-
+    # -- video -----------------------------------------------------------------------
     def encode_video(
         self,
         path: str | os.PathLike,
@@ -377,55 +320,44 @@ class BaseModel:
         return embed_video(path, embed, Sampling(every=every), segment_seconds,
                            self.decode_size, batch_size, cosine)  # fmt: skip
 
-    def _embed_media(self, items: Sequence[ImageInput]) -> np.ndarray:
-        """``[N, D]``: photos as :meth:`encode_image`, video files by their clip vector."""
-        videos = [
-            k for k, x in enumerate(items) if isinstance(x, str | os.PathLike) and is_video(x)
-        ]
-        if not videos:
-            return self.encode_image(items)
-        out = np.zeros((len(items), self.embed_dim), np.float32)
-        photos = [k for k in range(len(items)) if k not in set(videos)]
-        if photos:
-            out[photos] = self.encode_image([items[k] for k in photos])
-        for k in videos:
-            out[k] = self.encode_video(items[k]).clip
-        return out
+    # -- annotation and tags: :class:`Annotator` --------------------------------------
+    @property
+    def annotator(self) -> Annotator:
+        """The model's annotation and tags (:class:`~vsekit.runtime.annotator.Annotator`),
+        made on first use."""
+        if self._annotator is None:
+            with _OWNER_LOCK:
+                if self._annotator is None:
+                    self._annotator = Annotator(self)
+        return self._annotator
 
     def annotate(self, images: ImageInput | Sequence[ImageInput], k: int = 5):
-        """The ``k`` best captions of the model's pool for each image or video file
-        (a video by its whole-clip embedding), with scores; under the bundle's
-        annotation veto when it has one on (:mod:`vsekit.runtime.annotator`)."""
-        from vsekit.runtime.annotator import annotate_arrays, embed_media
-
-        items, single = _as_list(images)
-        if self.annotation_veto is None:
-            best = self.caption_pool.best(self._embed_media(items), k)
-        else:
-            emb, feats = embed_media(self, items)
-            best = [a.captions for a in annotate_arrays(self, emb, feats, k)]
-        return best[0] if single else best
+        """The ``k`` best captions of the model's pool for each image or video file, with
+        scores (:meth:`Annotator.annotate`)."""
+        return self.annotator.annotate(images, k)
 
     @property
-    def annotation_veto(self):
-        """The bundle's annotation veto (:class:`vsekit.evidence.veto.AnnotationVeto`)
-        when its ``evidence.json`` has one on, else None; read once."""
-        if getattr(self, "_veto", None) is None:
-            from vsekit.evidence.veto import AnnotationVeto
-
-            found = AnnotationVeto.from_bundle(self.path) if self.path is not None else None
-            self._veto = found or False
-        return self._veto or None
+    def annotation_veto(self) -> AnnotationVeto | None:
+        """The bundle's annotation veto when it has one on, else None (:attr:`Annotator.veto`)."""
+        return self.annotator.veto
 
     def tags(self, images: ImageInput | Sequence[ImageInput], k: int = 10):
-        """The ``k`` best tags of each image (empty without a tagger in the bundle), less
-        those the annotation veto rules out when it covers tags."""
-        from vsekit.runtime.annotator import vetoed_tags
+        """The ``k`` best tags of each image (:meth:`Annotator.tags`)."""
+        return self.annotator.tags(images, k)
 
-        items, single = _as_list(images)
-        out = vetoed_tags(self, self.image_features(items), k) if items else []
-        return out[0] if single else out
+    @property
+    def tag_threshold(self) -> float | None:
+        """The calibrated tagger's display threshold, or None (:attr:`Annotator.tag_threshold`)."""
+        return self.annotator.tag_threshold
 
+    def tags_from_features(
+        self, features: np.ndarray, k: int = 10
+    ) -> list[list[tuple[str, float]]]:
+        """Top-``k`` tags of each image from its ``[N, F]`` features
+        (:meth:`Annotator.tags_from_features`)."""
+        return self.annotator.tags_from_features(features, k)
+
+    # -- the tagger's data (read by the backend; see :mod:`vsekit.runtime.tagging`) ---
     def _tag_word_vectors(self) -> tuple[np.ndarray, list[bool]]:
         """``([T, D] word vectors, [T] known)`` of the tagger's tags, shipped in the bundle
         (``tagger.safetensors``). The torch backend can also make them from GloVe for a
@@ -438,44 +370,20 @@ class BaseModel:
         return self._tag_table
 
     @property
-    def tag_threshold(self) -> float | None:
-        """The calibrated probability below which a tag is not shown (taggers trained with
-        ``loss: tag_bce``; their score is a logit), or None: always the top ``k``."""
-        return (self.info.get("tagger") or {}).get("threshold")
-
-    def tags_from_features(
-        self, features: np.ndarray, k: int = 10
-    ) -> list[list[tuple[str, float]]]:
-        """Top-``k`` tags of each image from its ``[N, F]`` features: ``(tag, score)``,
-        or, for a calibrated tagger, ``(tag, probability)`` of at most ``k`` tags whose
-        probability reaches :attr:`tag_threshold` (possibly none)."""
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
+    def tag_ranker(self) -> TagRanker | None:
+        """The tagger over its tags that have a word vector (:class:`~vsekit.runtime.
+        tagging.TagRanker`), built on first use; None without a tagger."""
         if self.tagger is None:
-            return [[] for _ in range(len(features))]
-        w, names = self.tagger
+            return None
         if self._tag_vectors is None:
+            w, names = self.tagger
             vecs, known = self._tag_word_vectors()
-            keep = np.asarray(known, bool)
-            kept = [n for n, ok in zip(names, known, strict=True) if ok]
-            bias = None if self._tag_bias is None else np.asarray(self._tag_bias)[keep]
-            self._tag_vectors = (vecs[keep], kept, bias)
-        vecs, known_names, bias = self._tag_vectors
-        s = (np.asarray(features, np.float32) @ np.asarray(w, np.float32)) @ vecs.T
-        if bias is not None:
-            s = s + bias
-        kk = min(k, s.shape[1])
-        top = np.argsort(-s, axis=1, kind="stable")[:, :kk]
-        thr = self.tag_threshold
-        if thr is None:
-            return [[(known_names[j], float(row[j])) for j in idx] for row, idx in zip(s, top)]  # noqa: B905
-        p = 1.0 / (1.0 + np.exp(-s))
-        return [[(known_names[j], float(row[j])) for j in idx if row[j] >= thr]
-                for row, idx in zip(p, top)]  # noqa: B905  # fmt: skip
+            self._tag_vectors = TagRanker.of_known(w, names, vecs, known, self._tag_bias)
+        return self._tag_vectors
 
 
-_POOL_LOCK = threading.Lock()
-_COMPACT_LOCK = threading.Lock()  # taken inside _POOL_LOCK (the hubness bank)
+#: taken while a model makes its :class:`ModelPools` or :class:`Annotator` (once per model)
+_OWNER_LOCK = threading.Lock()
 
 #: a word seen fewer times than this in the training captions is weakly supported
 WEAK_COUNT = 10

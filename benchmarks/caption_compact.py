@@ -102,7 +102,7 @@ def main() -> None:
             ref, top5(int8, hub.text_penalty(int8), img)
         )
     no_compact = vsekit.load_model("default")
-    no_compact._compact_info = False
+    no_compact.pools._compact_info = False  # the model without its compact pool
     tags_a = shipped.tags_from_features(feats, 10)
     tags_b = no_compact.tags_from_features(feats, 10)
     tag_same = float(np.mean([a == b for a, b in zip(tags_a, tags_b, strict=True)]))

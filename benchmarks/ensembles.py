@@ -38,7 +38,7 @@ from _common import record, train_run  # noqa: E402
 
 from vsekit.lab.data import load_dataset  # noqa: E402
 from vsekit.lab.eval import retrieval_metrics, retrieval_metrics_from_embeddings  # noqa: E402
-from vsekit.lab.features import FeatureStore  # noqa: E402
+from vsekit.lab.features.store import FeatureStore  # noqa: E402
 from vsekit.lab.train.export import model_from_run  # noqa: E402
 from vsekit.lab.train.features import image_features  # noqa: E402
 from vsekit.similarity import ensemble_concat, group_weights  # noqa: E402

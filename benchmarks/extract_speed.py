@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import record  # noqa: E402
 
 from vsekit.lab.data import load_dataset  # noqa: E402
-from vsekit.lab.features import create_backbone  # noqa: E402
+from vsekit.lab.features.backbones import create_backbone  # noqa: E402
 from vsekit.lab.features.crops import crop_views, resize_size  # noqa: E402
 from vsekit.lab.features.extract import (  # noqa: E402
     FORWARD_CHUNK,

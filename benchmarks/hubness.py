@@ -39,7 +39,7 @@ from large_ensembles import LOCAL, SEEDS, member_embeddings, refit_twin, score, 
 from ten_crop import F8K, STORES  # noqa: E402
 
 from vsekit.lab.data import load_dataset  # noqa: E402
-from vsekit.lab.features import FeatureStore  # noqa: E402
+from vsekit.lab.features.store import FeatureStore  # noqa: E402
 from vsekit.lab.train.export import model_from_run  # noqa: E402
 from vsekit.lab.train.features import image_features  # noqa: E402
 from vsekit.runtime.hubness import caption_bank_texts, mean_topk, mean_topks  # noqa: E402

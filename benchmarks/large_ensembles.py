@@ -45,7 +45,7 @@ from ensembles import FT_RUNS, GRID, RUNS, combine, kind_of, metrics  # noqa: E4
 from ten_crop import F8K, STORES  # noqa: E402
 
 from vsekit.lab.data import load_dataset  # noqa: E402
-from vsekit.lab.features import FeatureStore  # noqa: E402
+from vsekit.lab.features.store import FeatureStore  # noqa: E402
 from vsekit.lab.train.export import model_from_run  # noqa: E402
 from vsekit.lab.train.features import image_features  # noqa: E402
 

@@ -34,7 +34,7 @@ from _common import record, train_run  # noqa: E402
 from ensembles import GRID, RUNS, combine, metrics  # noqa: E402
 
 from vsekit.lab.data import load_dataset  # noqa: E402
-from vsekit.lab.features import FeatureStore  # noqa: E402
+from vsekit.lab.features.store import FeatureStore  # noqa: E402
 from vsekit.lab.train.export import model_from_run  # noqa: E402
 from vsekit.lab.train.features import image_features  # noqa: E402
 

@@ -150,7 +150,7 @@ def build_clips(workers: int = 2) -> dict:
 
 def word2videovec(minutes: float) -> dict:
     from vsekit.lab.eval import evaluate_model
-    from vsekit.lab.features import FeatureStore
+    from vsekit.lab.features.store import FeatureStore
     from vsekit.lab.train import load_config
     from vsekit.lab.train.config import apply_overrides
     from vsekit.lab.train.features import image_features

@@ -41,7 +41,7 @@ from _common import record  # noqa: E402
 
 import vsekit  # noqa: E402
 from vsekit.lab.data import load_dataset, tokenize  # noqa: E402
-from vsekit.lab.features import FeatureStore  # noqa: E402
+from vsekit.lab.features.store import FeatureStore  # noqa: E402
 from vsekit.lab.models.factory import create_model, model_config  # noqa: E402
 from vsekit.lab.text.glove import load_glove  # noqa: E402
 from vsekit.lab.train import load_config  # noqa: E402

@@ -12,9 +12,10 @@ from PIL import Image
 from tests.conftest import write_image
 from vsekit.cli import main
 from vsekit.fne import FNEStats, full_network_embedding, ternarise
-from vsekit.lab.features import ImageFeaturizer, create_backbone, list_backbones
+from vsekit.lab.features.backbones import create_backbone, list_backbones
 from vsekit.lab.features.crops import crop_views
 from vsekit.lab.features.extract import ExtractItem, extract_to_store, failed_images
+from vsekit.lab.features.featurizer import ImageFeaturizer
 from vsekit.lab.features.rmac import rmac
 from vsekit.lab.features.store import FeatureStore, StoreError
 
@@ -255,7 +256,7 @@ def test_one_extraction_writes_a_store_at_a_time(tmp_path):
     import fcntl
 
     from tests.conftest import write_image
-    from vsekit.lab.features import create_backbone
+    from vsekit.lab.features.backbones import create_backbone
     from vsekit.lab.features.extract import LOCK_NAME, ExtractItem, extract_to_store
     from vsekit.lab.features.store import StoreError
 

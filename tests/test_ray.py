@@ -146,7 +146,7 @@ def test_features_extract_on_ray_equals_the_local_store(local_cluster, tmp_path)
     """`vse features extract --ray`: the store's rows bit-identical to the single-process
     path's, bad files reported, and a killed job resumed after its last committed block."""
     from tests.test_features import Killed, make_items
-    from vsekit.lab.features import create_backbone
+    from vsekit.lab.features.backbones import create_backbone
     from vsekit.lab.features.extract import ExtractItem, extract_to_store, failed_images
     from vsekit.lab.features.ray_extract import ray_blocks
 
@@ -197,7 +197,7 @@ def test_gpu_replicas_refuse_where_there_is_no_gpu(local_cluster, setup, tmp_pat
     and nothing is committed. (No GPU here: the runs themselves are not tested.)"""
     from vsekit.cli import main
     from vsekit.index.ray_index import ray_batches
-    from vsekit.lab.features import create_backbone
+    from vsekit.lab.features.backbones import create_backbone
     from vsekit.lab.features.extract import extract_to_store
     from vsekit.lab.features.ray_extract import ray_blocks
 

@@ -234,7 +234,7 @@ train: {{epochs: 2, batch_size: 4, lr: 0.001, collapse_epochs: 0}}
     run = tmp_path / "run"
     assert main(["train", str(cfg), "--run-dir", str(run)]) == 0
     assert (tmp_path / "store" / "fne.i8").is_file()  # extracted and discretised on the way
-    from vsekit.lab.features import FeatureStore as _Store
+    from vsekit.lab.features.store import FeatureStore as _Store
 
     meta = json.loads((run / "config.json").read_text())
     assert meta["image"] == _Store(tmp_path / "store").identity()
@@ -247,7 +247,7 @@ train: {{epochs: 2, batch_size: 4, lr: 0.001, collapse_epochs: 0}}
 
     from vsekit.lab.data import load_dataset
     from vsekit.lab.eval import retrieval_metrics_from_embeddings
-    from vsekit.lab.features import FeatureStore
+    from vsekit.lab.features.store import FeatureStore
     from vsekit.lab.train.trainer import load_run
 
     model, _ = load_run(run)

@@ -195,7 +195,7 @@ def test_folder_of_videos_loads(tmp_path):
 
 # ------------------------------------------------------------------ FeatureStore
 def test_video_row_is_the_mean_over_frames_and_crops(tmp_path):
-    from vsekit.lab.features import create_backbone
+    from vsekit.lab.features.backbones import create_backbone
     from vsekit.lab.features.extract import ExtractItem, embed_images, extract_to_store
 
     root = video_folder(tmp_path, n=3, n_train=2, audio=False)
@@ -228,7 +228,7 @@ def test_video_row_is_the_mean_over_frames_and_crops(tmp_path):
 
 
 def test_video_extraction_resumes_to_the_same_bytes(tmp_path):
-    from vsekit.lab.features import create_backbone
+    from vsekit.lab.features.backbones import create_backbone
     from vsekit.lab.features.extract import ExtractItem, extract_to_store
 
     ds = load_dataset(video_folder(tmp_path, n=4, n_train=3, audio=False))
@@ -270,7 +270,7 @@ train: {{optimizer: rmsprop, lr: 0.01, epochs: 3, batch_size: 4, captions: all,
     meta = json.loads((tmp_path / "store" / "meta.json").read_text())
     assert meta["audio"]["k"] == 4 and meta["audio"]["fit_split"] == "train"
     assert meta["audio"]["clips"] == {"audio": 6, "no audio track": 1, "silent": 1}
-    from vsekit.lab.features import FeatureStore
+    from vsekit.lab.features.store import FeatureStore
     from vsekit.lab.train.features import image_features
 
     store = FeatureStore(tmp_path / "store")
@@ -305,8 +305,10 @@ def test_joint_embedding_trains_on_video_features(tmp_path):
 
 
 def test_audio_pass_resumes_after_a_kill(tmp_path, monkeypatch):
-    from vsekit.lab.features import FeatureStore, audio_store, create_backbone
+    from vsekit.lab.features import audio_store
+    from vsekit.lab.features.backbones import create_backbone
     from vsekit.lab.features.extract import ExtractItem, extract_to_store
+    from vsekit.lab.features.store import FeatureStore
 
     ds = load_dataset(video_folder(tmp_path, n=5, n_train=4))
     items = [ExtractItem(im.id, im.path, im.split) for im in ds.images]

@@ -19,7 +19,7 @@ def score_table2(run: Path, store: str) -> dict:
     from vsekit.lab.eval import retrieval_metrics
     from vsekit.lab.eval.retrieval import retrieval_ranks
     from vsekit.lab.eval.text_retrieval import recall_by_length
-    from vsekit.lab.features import FeatureStore
+    from vsekit.lab.features.store import FeatureStore
     from vsekit.lab.train.export import model_from_run
     from vsekit.lab.train.features import image_features
     from vsekit.text.tokenizer import tokenize

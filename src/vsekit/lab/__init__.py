@@ -4,7 +4,9 @@ Backbones and their weights, the Full-Network Embedding, feature stores, dataset
 encoders, models, losses, the trainer, metrics, tag mining and the ONNX exporter. The lab
 imports the core (:mod:`vsekit`); the core never imports the lab. The PyTorch model
 backend, :class:`vsekit.lab.torch_model.VSEModel`, registers itself with
-:func:`vsekit.load_model` through the ``vsekit.backends`` entry point."""
+:func:`vsekit.load_model` through the ``vsekit.backends`` entry point; import it from
+there. This package re-exports nothing, so ``import vsekit.lab`` (which ``vse`` does for
+the lab's commands) never loads PyTorch."""
 
 from __future__ import annotations
 
@@ -28,11 +30,3 @@ def registries() -> dict[str, Any]:
         "similarities": list_similarities,
         "text_encoders": list_text_encoders,
     }
-
-
-def __getattr__(name: str) -> Any:
-    if name == "VSEModel":
-        from vsekit.lab.torch_model import VSEModel
-
-        return VSEModel
-    raise AttributeError(f"module 'vsekit.lab' has no attribute {name!r}")

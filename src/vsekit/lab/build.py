@@ -278,7 +278,7 @@ def _add_hubness(bundle: Path, h: HubnessRecipe, root: Path, crops: int | None) 
     """The CSLS settings and an image bank drawn from the train split, embedded by the
     built model from the store's rows (the bundle's crops)."""
     from vsekit.lab.data import load_dataset
-    from vsekit.lab.features import FeatureStore
+    from vsekit.lab.features.store import FeatureStore
     from vsekit.lab.train.features import image_features
     from vsekit.runtime.hubness import HubnessConfig, write_hubness
 

@@ -4,12 +4,10 @@ PyTorch backend (``vsekit.lab.torch_model.VSEModel``) plugs in from the lab."""
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from vsekit.bundle import BUNDLE_VERSION, ModelError
 from vsekit.runtime.base import BaseModel
 from vsekit.runtime.loading import list_models, load_model
+from vsekit.runtime.onnx_model import OnnxModel
 
 __all__ = [
     "BUNDLE_VERSION",
@@ -19,11 +17,3 @@ __all__ = [
     "list_models",
     "load_model",
 ]
-
-_LAZY = {"OnnxModel": ".onnx_model"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -99,7 +99,7 @@ def sampling_of(args: argparse.Namespace):
 
 
 def _features_layers(args: argparse.Namespace) -> int:
-    from vsekit.lab.features import create_backbone
+    from vsekit.lab.features.backbones import create_backbone
 
     m = create_backbone(args.name, weights="random")
     layers = [{"name": lay.name, "channels": lay.channels, "kind": lay.kind} for lay in m.layers]
@@ -147,7 +147,7 @@ def _extract_items(args: argparse.Namespace):
 def _features_extract(args: argparse.Namespace) -> int:
     import torch
 
-    from vsekit.lab.features import create_backbone
+    from vsekit.lab.features.backbones import create_backbone
     from vsekit.lab.features.extract import extract_to_store, failed_images
 
     if args.threads:

@@ -156,7 +156,7 @@ def _model_export(args: argparse.Namespace) -> int:
 def _model_pin(args: argparse.Namespace) -> int:
     from vsekit.bundle import write_manifest
     from vsekit.fsio import atomic_write
-    from vsekit.lab.features import create_backbone
+    from vsekit.lab.features.backbones import create_backbone
     from vsekit.lab.features.check import check_backbone
 
     path = Path(args.bundle) / "bundle.json"

@@ -67,7 +67,7 @@ def _add_tag(sub: argparse._SubParsersAction) -> None:
 
 
 def _tag(args: argparse.Namespace) -> int:
-    from vsekit.lab.features import ImageFeaturizer
+    from vsekit.lab.features.featurizer import ImageFeaturizer
     from vsekit.lab.features.store import FeatureStore
     from vsekit.lab.tags.ranking import rank_vocabulary
     from vsekit.lab.train import load_run

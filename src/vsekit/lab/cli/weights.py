@@ -22,14 +22,14 @@ def _add_weights(sub: argparse._SubParsersAction) -> None:
 
 
 def _weights_install(args: argparse.Namespace) -> int:
-    from vsekit.lab.features import install_weights
+    from vsekit.lab.features.weights import install_weights
 
     print(f"{args.name}: {install_weights(args.name, force=args.force)}")
     return 0
 
 
 def _weights_check(args: argparse.Namespace) -> int:
-    from vsekit.lab.features import create_backbone
+    from vsekit.lab.features.backbones import create_backbone
     from vsekit.lab.features.check import check_backbone
 
     model = create_backbone(args.name, weights=args.weights)

@@ -1,37 +1,15 @@
 """Image features: backbones, crops, extraction to a FeatureStore, FNE, R-MAC.
 
-Names are imported on first use (PEP 562): ``vsekit.fne`` and ``.kinds`` are
-NumPy-only and serve the PyTorch-free runtime; the rest needs PyTorch."""
+Import each name from the module that defines it; this package re-exports nothing, so
+importing one of its NumPy-only modules (``store``, ``audio_store``) never loads PyTorch:
 
-from __future__ import annotations
+* ``backbones``: ``Backbone``, ``LayerSpec``, ``create_backbone``, ``list_backbones``,
+  ``register_backbone`` (PyTorch)
+* ``extract``: ``ExtractItem``, ``embed_images``, ``extract_to_store`` (PyTorch)
+* ``featurizer``: ``ImageFeaturizer`` (PyTorch)
+* ``rmac``: ``rmac`` (PyTorch)
+* ``store``: ``FeatureStore``, ``StoreError``
+* ``weights``: ``install_weights``; ``weight_files``: ``WeightsError`` (PyTorch)
 
-import importlib
-from typing import Any
-
-_WHERE = {
-    "Backbone": "backbones",
-    "LayerSpec": "backbones",
-    "create_backbone": "backbones",
-    "list_backbones": "backbones",
-    "register_backbone": "backbones",
-    "ExtractItem": "extract",
-    "embed_images": "extract",
-    "extract_to_store": "extract",
-    "ImageFeaturizer": "featurizer",
-    "FNEStats": "fne",
-    "full_network_embedding": "fne",
-    "ternarise": "fne",
-    "rmac": "rmac",
-    "FeatureStore": "store",
-    "StoreError": "store",
-    "WeightsError": "weight_files",
-    "install_weights": "weights",
-}
-
-__all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+The Full-Network Embedding itself (``FNEStats``, ``full_network_embedding``,
+``ternarise``) is in the core, :mod:`vsekit.fne`."""

@@ -32,7 +32,7 @@ class FeatureWorker:
                  device: str = "cpu") -> None:  # fmt: skip
         import torch
 
-        from vsekit.lab.features import create_backbone
+        from vsekit.lab.features.backbones import create_backbone
         from vsekit.lab.features.extract import prepare_model
 
         if device == "cuda" and not torch.cuda.is_available():  # never a quiet CPU run

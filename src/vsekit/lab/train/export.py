@@ -1,4 +1,4 @@
-"""From a training run to a model bundle (:class:`~vsekit.runtime.VSEModel`): the image
+"""From a training run to a model bundle (:class:`~vsekit.lab.torch_model.VSEModel`): the image
 side is read from the FeatureStore the run trained on, so the bundle records the backbone,
 its weights' sha256 and preprocessing, the crops and the feature kind."""
 

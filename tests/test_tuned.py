@@ -100,7 +100,8 @@ def tune_config(tmp_path: Path, root: Path, lr_scale: float, init_from: Path | N
     init = f", init_from: {init_from}" if init_from else ""
     cfg.write_text(f"""
 name: tiny-tune
-data: {{root: {root}, backbone: resnet50, weights: random, features: baseline}}
+data: {{root: {root}, backbone: resnet50, weights: random, features: baseline,
+        val_from_train: 2}}
 model: {{text: {{kind: gru, word_dim: 8, embed_dim: 16}}}}
 loss: {{name: max_hinge, margin: 0.2}}
 train: {{epochs: 2, batch_size: 4, lr: 0.01, collapse_epochs: 0, threads: 1}}
@@ -144,7 +145,68 @@ def test_a_tune_run_trains_the_stage_only_when_asked_and_reloads(tmp_path):
     with torch.no_grad():
         a = model.encode_images(torch.from_numpy(data.dev_rows[0:2]))
     assert a.shape == (2, model.embed_dim)
-    # the reloaded model scores as the run recorded on its selection split (here dev)
+    # the reloaded model scores as the run recorded on its selection split (the carve)
     log = [json.loads(x) for x in (tuned / "metrics.jsonl").read_text().splitlines()]
     best = max(r["rsum"] for r in log if "rsum" in r)
-    assert data.evaluate_dev(model)["rsum"] == pytest.approx(best, abs=1e-6)
+    assert data.evaluate(model)["rsum"] == pytest.approx(best, abs=1e-6)
+    assert 0 <= data.evaluate_dev(model)["rsum"] <= 600  # dev, a report: 2 photos here
+    assert len(data.dev_feats) == 2 and len(data.dev_rows) == 2
+
+    # what cannot use a tuned run says so instead of failing inside a convolution
+    assert main(["eval", str(tuned)]) == 2
+    from vsekit.bundle import ModelError
+    from vsekit.lab.train.export import model_from_run
+
+    with pytest.raises(ModelError, match="tuned-stage run"):
+        model_from_run(tuned)
+
+
+def test_window_draws_depend_on_the_batch_not_on_what_came_before(tmp_path):
+    """A resumed run replays its batches; their windows must be the same draws."""
+    from vsekit.lab.train.tuned import WindowRows
+
+    acts = np.random.default_rng(0).normal(size=(6, 1, 2, 16, 16)).astype(np.float16)
+    cache = sc.StageCache(tmp_path, acts, [str(k) for k in range(6)], {})
+    a, b = WindowRows(cache, np.arange(6), seed=3), WindowRows(cache, np.arange(6), seed=3)
+    first = a[np.array([4, 1, 2])]
+    a[np.array([0, 5])]  # another batch in between changes nothing
+    assert torch.equal(a[np.array([4, 1, 2])], first)
+    assert torch.equal(b[np.array([4, 1, 2])], first)
+    # rows come back in the batch's order: each is a window of its own photo's map
+    for i, k in enumerate([4, 1, 2]):
+        m = torch.from_numpy(acts[k, 0].astype(np.float32))
+        crops = [m[:, t : t + 14, s : s + 14] for t in range(3) for s in range(3)]
+        crops += [c.flip(-1) for c in crops]
+        assert any(torch.equal(first[i], c) for c in crops)
+
+
+def test_tune_configs_are_checked_before_anything_runs(tmp_path):
+    from vsekit.lab.train.config import ConfigError, load_config, validate
+
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("data: {features: baseline}\ntune: {stage: layer4}\n")
+    with pytest.raises(ConfigError, match="val_from_train"):
+        validate(load_config(cfg))
+
+
+def test_a_cache_restarted_from_scratch_ignores_an_old_progress_count(
+    tmp_path, backbone, monkeypatch
+):
+    """A restart from row 0 (no usable acts.npy) that dies before its first chunk must
+    not leave an old progress count for the next run to trust over zero rows."""
+    root = write_flickr8k_folder(tmp_path / "f8k", n=3, n_train=3)
+    photos = photos_of(root, 3)
+    out = sc.cache_dir(tmp_path / "c", backbone, "layer4", "eval", [k for k, _ in photos])
+    out.mkdir(parents=True)
+    (out / "progress.json").write_text(json.dumps({"done": 2, "ids": 3}))  # a stale count
+    real_views = sc.photo_views
+
+    def killed(path, layout):
+        raise OSError("killed")
+
+    monkeypatch.setattr(sc, "photo_views", killed)
+    with pytest.raises(sc.StageCacheError):
+        sc.ensure_stage_cache(tmp_path / "c", photos, backbone, "layer4", "eval")
+    monkeypatch.setattr(sc, "photo_views", real_views)
+    cache = sc.ensure_stage_cache(tmp_path / "c", photos, backbone, "layer4", "eval")
+    assert all(np.abs(cache.acts[i].astype(np.float32)).sum() > 0 for i in range(3))

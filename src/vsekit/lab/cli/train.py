@@ -140,6 +140,11 @@ def _eval(args: argparse.Namespace) -> int:
     from vsekit.media.video import is_video
 
     model, meta = load_run(args.run, args.checkpoint)
+    if meta["config"].get("tune"):
+        print(f"vse: {args.run}: a tuned-stage run (tune:) is scored by its own selection "
+              "split and benchmarks/backbone_tuning.py; `vse eval` reads frozen features",
+              file=sys.stderr)  # fmt: skip
+        return 2
     if meta["config"].get("task") == "tags":
         return _eval_tags(args, model, meta)
     data = from_dict(DataConfig, meta["config"]["data"], "data")

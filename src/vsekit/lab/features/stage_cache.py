@@ -153,6 +153,7 @@ def ensure_stage_cache(
         else:
             del acts
     if start == 0:
+        prog_file.unlink(missing_ok=True)  # a stale count must never survive a restart
         (path / "ids.json").write_text(json.dumps(ids))
         acts = np.lib.format.open_memmap(acts_file, mode="w+", dtype=np.float16, shape=shape)
     bar = None

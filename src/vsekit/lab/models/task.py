@@ -1,5 +1,5 @@
 """What every training task shares: image features as rows of ``train_feats`` and a
-model built by kind from the config (see :class:`vsekit.lab.train.trainer.TrainData` and
+model built by kind from the config (see :class:`vsekit.lab.train.retrieval_data.TrainData` and
 :class:`vsekit.lab.tags.data.TagData` for the rest of the task interface)."""
 
 from __future__ import annotations

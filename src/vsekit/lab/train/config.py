@@ -202,6 +202,17 @@ def validate(cfg: ExperimentConfig, where: str = "config") -> None:
         (cfg.train.precision in ("fp32", "bf16"), "train.precision", "fp32 | bf16"),
         (cfg.tune is None or cfg.tune.lr_scale >= 0, "tune.lr_scale", ">= 0"),
         (
+            cfg.tune is None or cfg.data.val_from_train > 0,
+            "data.val_from_train",
+            "> 0 with tune: (a tuned stage selects on a slice carved from train)",
+        ),
+        (
+            cfg.tune is None
+            or (not cfg.data.hold_out_words and cfg.train.optimizer != "closed_form"),
+            "tune",
+            "without data.hold_out_words and train.optimizer: closed_form",
+        ),
+        (
             cfg.tune is None or (cfg.task == "retrieval" and cfg.data.features == "baseline"),
             "tune",
             "set only with task: retrieval and data.features: baseline (the stage's pooled output)",

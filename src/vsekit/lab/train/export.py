@@ -37,6 +37,11 @@ def model_from_run(run: str | Path, which: str = "best", store: str | None = Non
     run = Path(run)
     model, meta = load_run(run, which)
     data = meta["config"]["data"]
+    if meta["config"].get("tune"):
+        raise ModelError(
+            f"{run}: a tuned-stage run (tune:); bundles carry the pretrained backbone only, "
+            "so it cannot be exported yet"
+        )
     if data["features"].endswith("+audio"):
         raise ModelError(
             f"{run}: trained on visual+audio features ({data['features']}); a bundle embeds "

@@ -128,16 +128,19 @@ class WindowRows:
     14]`` float32, a fresh random window (and mirror) of each photo's map per call."""
 
     def __init__(self, cache: StageCache, rows: np.ndarray, seed: int) -> None:
-        self.cache, self.rows = cache, rows
-        self.rng = np.random.default_rng(seed)
+        self.cache, self.rows, self.seed = cache, rows, int(seed)
 
     def __len__(self) -> int:
         return len(self.rows)
 
     def __getitem__(self, ids) -> torch.Tensor:
-        r = self.rows[np.asarray(ids)]
+        ids = np.asarray(ids, dtype=np.int64)
+        r = self.rows[ids]
         order = np.argsort(r)  # memory-mapped reads in file order
-        out = windows(self.cache.acts[r[order]], WINDOW, self.rng)
+        # the windows are drawn from the seed and the batch itself, so a resumed run
+        # (whose batches the Trainer replays from its own saved state) draws the same ones
+        rng = np.random.default_rng([self.seed, *ids.tolist()])
+        out = windows(self.cache.acts[r[order]], WINDOW, rng)
         return out[np.argsort(order)]
 
 
@@ -162,7 +165,7 @@ class TunedData(TrainData):
     backbone: Backbone | None = None
     tune: TuneConfig | None = None
     stage_dim: int = 2048
-    dev_split: Dataset | None = None  # dev, for the report (never for choosing)
+    dev_split: Dataset | None = None  # dev, for the report (selection is the carved slice)
     dev_rows: ViewRows | None = None
 
     def evaluate_dev(self, model) -> dict[str, float]:
@@ -209,6 +212,8 @@ def load_tuned_data(
     views = ensure_stage_cache(
         cfg.tune.cache, list(scored.items()), backbone, cfg.tune.stage, "eval", progress=progress
     )
+    if vocab is None and cfg.tune.init_from:  # the start's words, in the start's order
+        vocab = Vocabulary.load(Path(os.path.expanduser(cfg.tune.init_from)) / "vocab.json")
     if vocab is None:
         words = (tokenize(c.text) for c in train.captions)
         vocab = Vocabulary.build(words, min_count=cfg.data.vocab_min_count)

@@ -52,6 +52,18 @@ def record(path: Path, results: dict) -> dict:
     return out
 
 
+def run_best(run: Path) -> dict:
+    """The selection figures of a finished ``train_run``: its best epoch's rsum on the
+    run's selection split, that epoch, the epochs run, and the wall time ``done.json``
+    recorded."""
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x]
+    rows = [r for r in rows if "rsum" in r]
+    best = max(rows, key=lambda r: r["rsum"])
+    done = json.loads((run / "done.json").read_text())
+    return {"slice_rsum": round(best["rsum"], 2), "best_epoch": best["epoch"],
+            "epochs_run": len(rows), "train_seconds": round(done["seconds"], 1)}  # fmt: skip
+
+
 def train_run(
     run: Path, config: str, sets: list[str], root: Path, collapsed_ok: bool = False
 ) -> None:

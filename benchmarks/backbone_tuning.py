@@ -42,7 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _common import record, train_run  # noqa: E402
+from _common import record, run_best, train_run  # noqa: E402
 
 RUNS = Path("~/.cache/vsekit/runs/tuned").expanduser()
 HEAD, TUNED = "configs/flickr8k-tuned-head.yaml", "configs/flickr8k-tuned-layer4.yaml"
@@ -58,19 +58,6 @@ def arms() -> dict[str, tuple[str, list[str]]]:
         "layer4": (TUNED, [init]),
         "control": (TUNED, [init, "tune.lr_scale=0.0"]),
         "layer4-slow": (TUNED, [init, "tune.lr_scale=0.02"]),
-    }
-
-
-def run_summary(run: Path) -> dict:
-    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x]
-    rows = [r for r in rows if "rsum" in r]
-    best = max(rows, key=lambda r: r["rsum"])
-    done = json.loads((run / "done.json").read_text())
-    return {
-        "slice_rsum": round(best["rsum"], 2),
-        "best_epoch": best.get("epoch"),
-        "epochs_run": len(rows),
-        "train_seconds": round(done["seconds"], 1),
     }
 
 
@@ -125,7 +112,7 @@ def main() -> None:
     for name, (config, sets) in arms().items():
         run = RUNS / name
         train_run(run, config, sets, ROOT)
-        results["arms"][name] = {"config": config, "set": sets, **run_summary(run)}
+        results["arms"][name] = {"config": config, "set": sets, **run_best(run)}
     control = results["arms"]["control"]["slice_rsum"]
     gains = {n: round(results["arms"][n]["slice_rsum"] - control, 2) for n in TUNED_ARMS}
     results["slice_gain"] = gains

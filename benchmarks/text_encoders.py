@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _common import record, train_run  # noqa: E402
+from _common import record, run_best, train_run  # noqa: E402
 
 RUNS = Path("~/.cache/vsekit/runs/text-encoders").expanduser()
 CONFIG = "configs/flickr8k-minilm.yaml"
@@ -43,15 +43,6 @@ BAR = 3.0
 OUT = ROOT / "benchmarks" / "text_encoders.json"
 KINDS = ("minilm", "mpnet")
 SETS = ["train.max_minutes=null", "train.epochs=6", "train.lr_decay_epochs=4"]
-
-
-def best(run: Path) -> dict:
-    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x]
-    rows = [r for r in rows if "rsum" in r]
-    b = max(rows, key=lambda r: r["rsum"])
-    done = json.loads((run / "done.json").read_text())
-    return {"slice_rsum": round(b["rsum"], 2), "best_epoch": b["epoch"],
-            "epochs_run": len(rows), "train_seconds": round(done["seconds"], 1)}  # fmt: skip
 
 
 def dev_rsum(run: Path) -> dict:
@@ -100,7 +91,7 @@ def main() -> None:
     for kind in KINDS:
         run = RUNS / kind
         train_run(run, CONFIG, [f"model.text.kind={kind}", *SETS], ROOT)
-        results["runs"][kind] = {**best(run), **query_cost(kind)}
+        results["runs"][kind] = {**run_best(run), **query_cost(kind)}
     gain = results["runs"]["mpnet"]["slice_rsum"] - results["runs"]["minilm"]["slice_rsum"]
     results["slice_gain"] = round(gain, 2)
     results["worth_building"] = gain >= BAR

@@ -485,9 +485,8 @@ def load_run(run_dir: str | Path, which: str = "best") -> tuple[torch.nn.Module,
     cfg = config_from_json(json.dumps(meta["config"]))
     vocab = Vocabulary.load(run / "vocab.json")
     if cfg.tune is not None:  # the stage's weights come from the checkpoint
-        model = tuned_model(
-            meta["img_dim"], vocab, cfg, create_backbone(cfg.data.backbone, "random")
-        )
+        random_backbone = create_backbone(cfg.data.backbone, "random")
+        model = tuned_model(meta["img_dim"], vocab, cfg.model, cfg.tune, random_backbone)
     else:
         model = create_model(meta["img_dim"], vocab, cfg.model)
     ckpt.load_model_weights(model, ckpt.load_pointer(run, which))

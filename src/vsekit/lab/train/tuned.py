@@ -116,11 +116,11 @@ def stage_module(backbone: Backbone, stage: str) -> nn.Module:
 
 
 def tuned_model(
-    img_dim: int, vocab: Vocabulary, cfg: ExperimentConfig, backbone: Backbone
+    img_dim: int, vocab: Vocabulary, model_cfg, tune: TuneConfig, backbone: Backbone
 ) -> TunedModel:
-    assert cfg.tune is not None
-    head = create_model(img_dim, vocab, cfg.model)
-    return TunedModel(head, TunedStage(stage_module(backbone, cfg.tune.stage), cfg.tune.lr_scale))
+    """The head of ``model_cfg`` on a copy of ``backbone``'s tuned stage."""
+    head = create_model(img_dim, vocab, model_cfg)
+    return TunedModel(head, TunedStage(stage_module(backbone, tune.stage), tune.lr_scale))
 
 
 class WindowRows:
@@ -182,9 +182,7 @@ class TunedData(TrainData):
 
     def new_model(self, cfg) -> torch.nn.Module:
         assert self.backbone is not None and self.tune is not None
-        head = create_model(self.stage_dim, self.vocab, cfg)
-        stage = TunedStage(stage_module(self.backbone, self.tune.stage), self.tune.lr_scale)
-        model = TunedModel(head, stage)
+        model = tuned_model(self.stage_dim, self.vocab, cfg, self.tune, self.backbone)
         if self.tune.init_from:
             run = Path(os.path.expanduser(self.tune.init_from))
             ckpt.load_model_weights(model, ckpt.load_pointer(run, "best"))

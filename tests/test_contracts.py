@@ -5,7 +5,6 @@ a finite gradient), and saves and loads to identical outputs."""
 from __future__ import annotations
 
 import io
-import os
 from pathlib import Path
 
 import numpy as np
@@ -63,8 +62,13 @@ ENCODER_CASES = [(k, {}) for k in list_text_encoders()] + [
     ids=[f"{k}-{'-'.join(e) or 'plain'}" for k, e in ENCODER_CASES],
 )
 def test_text_encoder_contract(kind, extra):
-    if kind == "mpnet" and not os.environ.get("VSEKIT_MPNET_DIR"):
-        pytest.skip("all-mpnet-base-v2's files are not here (VSEKIT_MPNET_DIR): lab only")
+    if kind == "mpnet":
+        from vsekit.graphs.weights import GraphWeightsError, mpnet_dir
+
+        try:
+            mpnet_dir()
+        except GraphWeightsError as e:
+            pytest.skip(f"all-mpnet-base-v2 is not here: {e}")
     torch.manual_seed(0)
     cfg = _encoder_cfg(kind, **extra)
     enc = create_text_encoder(VOCAB, cfg).train()

@@ -453,7 +453,7 @@ def _variant_bundle(tmp_path: Path, model_cfg: dict, image: dict, img_dim: int) 
     return VSEModel(model, info, device="cpu").save(tmp_path / "variant")
 
 
-def _check_variant(tmp_path: Path, bundle: Path, crops: int) -> None:
+def _check_variant(tmp_path: Path, bundle: Path, crops: int, texts: list[str] = CAPTIONS) -> None:
     import torch
 
     from vsekit.lab.torch_model import VSEModel
@@ -468,7 +468,6 @@ def _check_variant(tmp_path: Path, bundle: Path, crops: int) -> None:
     assert emb.shape == want_emb.shape and feats.shape == want_feats.shape
     assert _cos(emb, want_emb).min() >= 0.9999 and _cos(feats, want_feats).min() >= 0.9999
     np.testing.assert_allclose(feats, want_feats, rtol=1e-3, atol=1e-4)
-    texts = CAPTIONS
     with torch.inference_mode():
         want = vse.model.encode_texts(texts).float().numpy()
     (got,) = _run(tmp_path / "text.onnx", _text_feeds(bundle, texts, meta["text_inputs"]))
@@ -507,3 +506,58 @@ def test_ensemble_with_tuned_minilm_layers_and_pooled_features(tmp_path):
     bundle = _variant_bundle(tmp_path, cfg, {"features": "pooled", "crops": 1}, 15168)
     assert read_model(bundle).scales == pytest.approx([0.5**0.5, 0.3**0.5, 0.2**0.5])
     _check_variant(tmp_path, bundle, 1)
+
+
+def _mpnet_files() -> None:
+    from vsekit.graphs.weights import mpnet_dir
+
+    try:
+        mpnet_dir()
+    except GraphWeightsError as e:
+        pytest.skip(f"all-mpnet-base-v2 is not here: {e}")
+
+
+def test_mpnet_buckets_are_hugging_faces():
+    """The relative position buckets, computed in NumPy, equal transformers' own for
+    every relative position the position table allows (-511..511)."""
+    torch = pytest.importorskip("torch")
+    mpnet_mod = pytest.importorskip("transformers.models.mpnet.modeling_mpnet")
+    from vsekit.graphs.mpnet import relative_buckets
+
+    rel = np.arange(-511, 512)
+    want = mpnet_mod.MPNetEncoder.relative_position_bucket(torch.from_numpy(rel), num_buckets=32,
+                                                           max_distance=128)  # fmt: skip
+    got = relative_buckets(rel, 32, 128)
+    # bucket 16 would be distance 0 after the query, which is distance 0: bucket 0
+    assert got.dtype == np.int64 and set(np.unique(got)) == set(range(32)) - {16}
+    np.testing.assert_array_equal(got, want.numpy())
+
+
+@NEEDS_WEIGHTS
+@pytest.mark.slow
+def test_ensemble_with_frozen_mpnet_members(tmp_path):
+    """An ensemble of a GRU model and two frozen MPNet models (a linear projection, and an
+    MLP): the graph's MPNet (positions after the pad id, the relative position bias,
+    MPNet's weight names) computes what transformers' MPNetModel computes, padding and
+    captions near the 64-piece cut included."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    _mpnet_files()
+    gru = {"kind": "joint", "text": {"kind": "gru", "word_dim": 16, "embed_dim": 24}}
+    linear = {"kind": "joint", "text": {"kind": "mpnet", "embed_dim": 16, "proj_hidden": 0}}
+    mlp = {"kind": "joint", "img_hidden": [32],
+           "text": {"kind": "mpnet", "embed_dim": 16, "proj_hidden": 48}}  # fmt: skip
+    cfg = {"kind": "ensemble", "members": [gru, linear, mlp], "weights": [0.5, 0.3, 0.2]}
+    bundle = _variant_bundle(tmp_path, cfg, {"features": "pooled", "crops": 1}, 15168)
+    assert read_model(bundle).members[1].text_kind == "mpnet"
+    long = " ".join(["a brown dog chases a red ball across the wet sand"] * 8)  # cut at 64
+    _check_variant(tmp_path, bundle, 1, [*CAPTIONS, long, long[:200]])
+
+
+@NEEDS_WEIGHTS
+def test_a_model_mixing_minilm_and_mpnet_is_refused(tmp_path):
+    """Two pretrained kinds read two tokenizers: one line names both, nothing is written."""
+    bundle = _edited_default(tmp_path, _member_text(1, kind="mpnet"))
+    with pytest.raises(UnsupportedModel, match="minilm and mpnet text encoders"):
+        write_fp32_graphs(bundle, tmp_path / "image.onnx", tmp_path / "text.onnx")
+    assert not (tmp_path / "image.onnx").exists() and not (tmp_path / "text.onnx").exists()

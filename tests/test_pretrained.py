@@ -316,14 +316,23 @@ def test_caches_keep_the_newest_captions_only(monkeypatch):
     assert vec.shape == (4, 384) and list(frozen._cache) == CAPTIONS[1:4]
 
 
-def test_mpnet_needs_its_folder_and_keeps_its_own_sentence_cache(monkeypatch, tmp_path):
-    """The lab's MPNet tower names the variable that points at its files, refuses tuned
-    layers, and never shares MiniLM's sentence vectors (different spaces, same texts)."""
+def test_mpnet_needs_its_pinned_files_and_keeps_its_own_sentence_cache(monkeypatch, tmp_path):
+    """The lab's MPNet tower reads only the pinned files, says how to get them when they
+    are missing or other files, refuses tuned layers, and never shares MiniLM's sentence
+    vectors (different spaces, same texts)."""
+    from vsekit.graphs.weights import MPNET_ENV
     from vsekit.lab.text import pretrained
 
-    monkeypatch.delenv(pretrained.MPNET_ENV, raising=False)
-    with pytest.raises(pretrained.PretrainedWeightsError, match="VSEKIT_MPNET_DIR"):
+    monkeypatch.setenv(MPNET_ENV, str(tmp_path))
+    pretrained.mpnet_dir.cache_clear()
+    with pytest.raises(pretrained.PretrainedWeightsError, match="cannot read.*--fetch-mpnet"):
         create_text_encoder(None, TextEncoderConfig(kind="mpnet", embed_dim=8))
+    for name in ("model.safetensors", "config.json", "tokenizer.json"):
+        (tmp_path / name).write_text("{}")
+    pretrained.mpnet_dir.cache_clear()
+    with pytest.raises(pretrained.PretrainedWeightsError, match="is not the pinned"):
+        create_text_encoder(None, TextEncoderConfig(kind="mpnet", embed_dim=8))
+    pretrained.mpnet_dir.cache_clear()
     with pytest.raises(ValueError, match="mpnet is frozen only"):
         create_text_encoder(None, TextEncoderConfig(kind="mpnet", finetune_layers=1))
     monkeypatch.setattr(pretrained, "_SENTENCES", {})

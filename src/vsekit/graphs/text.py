@@ -2,13 +2,13 @@
 
 Inputs, as the model's text encoders need them: ``ids [B, T]`` int64 (0-padded) and
 ``lengths [B]`` int64 for word-level (GRU) members; ``input_ids [B, P]`` and
-``attention_mask [B, P]`` int64 for word-piece (MiniLM) members. Output
-``embedding [B, D]``: each member's unit vector times its ensemble scale, concatenated in
-the members' order.
+``attention_mask [B, P]`` int64 for word-piece members (MiniLM or MPNet: one kind per
+model, as they read one tokenizer). Output ``embedding [B, D]``: each member's unit vector
+times its ensemble scale, concatenated in the members' order.
 
-MiniLM members whose transformer is frozen share one: its sentence vector is computed
-once. A member that tuned its top layers (``finetune_layers``) shares the frozen layers
-below them with the others and runs its own tuned ones.
+Word-piece members whose transformer is frozen share one: its sentence vector is computed
+once. A MiniLM member that tuned its top layers (``finetune_layers``) shares the frozen
+layers below them with the others and runs its own tuned ones.
 """
 
 from __future__ import annotations
@@ -17,10 +17,12 @@ from collections.abc import Callable
 
 import numpy as np
 
+from vsekit.graphs import minilm, mpnet
 from vsekit.graphs.builder import Graph
+from vsekit.graphs.errors import UnsupportedModel
 from vsekit.graphs.heads import projection_dim, projection_head
-from vsekit.graphs.minilm import BertConfig, attention_bias, embeddings, layer, mean_pool
-from vsekit.graphs.model import BundleModel, Member
+from vsekit.graphs.minilm import BertConfig, layer, mean_pool
+from vsekit.graphs.model import PIECE_KINDS, BundleModel, Member
 from vsekit.graphs.ops import scaled_concat
 from vsekit.graphs.recurrent import GRULayer, gru_sentence
 
@@ -34,23 +36,41 @@ LayerSource = tuple[str, str, Callable[[str], np.ndarray]]
 def text_inputs(model: BundleModel) -> list[str]:
     """The graph's input names, in order (``onnx.json``'s ``text_inputs``)."""
     kinds = {m.text_kind for m in model.members}
-    return [*(WORD_INPUTS if "gru" in kinds else ()), *(PIECE_INPUTS if "minilm" in kinds else ())]
+    pieces = bool(kinds & set(PIECE_KINDS))
+    return [*(WORD_INPUTS if "gru" in kinds else ()), *(PIECE_INPUTS if pieces else ())]
 
 
-def _layer_sources(model: BundleModel, member: Member, minilm: dict[str, np.ndarray],
+def pretrained_kind(model: BundleModel) -> str | None:
+    """The word-piece members' transformer (``minilm`` or ``mpnet``), None without one;
+    UnsupportedModel for a model that mixes them."""
+    kinds = sorted({m.text_kind for m in model.members} & set(PIECE_KINDS))
+    if len(kinds) > 1:
+        raise UnsupportedModel(f"members with {' and '.join(kinds)} text encoders (two "
+                               "tokenizers); one pretrained kind per model")  # fmt: skip
+    return kinds[0] if kinds else None
+
+
+def _config(kind: str, config: dict) -> BertConfig:
+    return mpnet.MPNetConfig.from_json(config) if kind == "mpnet" else BertConfig.from_json(config)
+
+
+def _layer_sources(model: BundleModel, member: Member, state: dict[str, np.ndarray],
                    cfg: BertConfig) -> list[LayerSource]:  # fmt: skip
     """The transformer layers ``member`` runs: the pretrained ones, its tuned top ones
     (``<prefix>text.tuned.<j>.``) in place of the last ``finetune_layers``."""
     tuned = int(member.text.get("finetune_layers", 0))
     if not 0 <= tuned <= cfg.layers:
         raise ValueError(f"model.members[{member.index}]: finetune_layers {tuned}")
+    if tuned and member.text_kind != "minilm":
+        raise UnsupportedModel(f"model.members[{member.index}]: tuned {member.text_kind} layers")
     out: list[LayerSource] = []
     for i in range(cfg.layers):
         j = i - (cfg.layers - tuned)
         if j < 0:
             key = f"encoder.layer.{i}."
-            out.append((f"pretrained:{key}", f"pretrained.{key}",
-                        lambda s, key=key: minilm[key + s]))  # fmt: skip
+            read = (mpnet.layer_weights(state, key) if isinstance(cfg, mpnet.MPNetConfig)
+                    else lambda s, key=key: state[key + s])  # fmt: skip
+            out.append((f"pretrained:{key}", f"pretrained.{key}", read))
         else:
             key = f"{member.text_prefix}tuned.{j}."
             if f"{key}attention.self.query.weight" not in model.state:
@@ -60,12 +80,12 @@ def _layer_sources(model: BundleModel, member: Member, minilm: dict[str, np.ndar
 
 
 class _Transformers:
-    """The MiniLM members' transformers, written once per distinct stack of layers (and
-    each shared lower part once)."""
+    """The word-piece members' transformers, written once per distinct stack of layers
+    (and each shared lower part once)."""
 
-    def __init__(self, g: Graph, input_ids: str, mask: str, minilm: dict[str, np.ndarray],
+    def __init__(self, g: Graph, input_ids: str, mask: str, state: dict[str, np.ndarray],
                  cfg: BertConfig) -> None:  # fmt: skip
-        self.g, self.input_ids, self.mask, self.minilm, self.cfg = g, input_ids, mask, minilm, cfg
+        self.g, self.input_ids, self.mask, self.state, self.cfg = g, input_ids, mask, state, cfg
         self.states: dict[tuple[str, ...], str] = {}  # layers run so far -> [B, T, H]
         self.pooled: dict[tuple[str, ...], str] = {}
         self.stacks: list[tuple[str, ...]] = []
@@ -81,9 +101,13 @@ class _Transformers:
         name = f"/pretrained.{self.stacks.index(stack)}"
         g = self.g
         if () not in self.states:
-            self.states[()] = embeddings(g, self.input_ids, self.minilm.__getitem__, self.cfg,
-                                         name, "pretrained.")  # fmt: skip
-            self._bias = attention_bias(g, self.mask, f"{name}/extended_attention_mask")
+            w, cfg = self.state.__getitem__, self.cfg
+            if isinstance(cfg, mpnet.MPNetConfig):
+                self.states[()] = mpnet.embeddings(g, self.input_ids, w, cfg, name, "pretrained.")
+                self._bias = mpnet.scores_bias(g, self.input_ids, self.mask, w, cfg)
+            else:
+                self.states[()] = minilm.embeddings(g, self.input_ids, w, cfg, name, "pretrained.")
+                self._bias = minilm.attention_bias(g, self.mask, f"{name}/extended_attention_mask")
         for i, (_, wkey, weights) in enumerate(sources):
             if stack[: i + 1] not in self.states:
                 self.states[stack[: i + 1]] = layer(
@@ -97,22 +121,23 @@ class _Transformers:
 
 def text_graph(
     model: BundleModel,
-    minilm: tuple[dict[str, np.ndarray], dict] | None = None,
+    pretrained: tuple[dict[str, np.ndarray], dict] | None = None,
     fp16_storage: bool = True,
 ) -> Graph:
-    """The text graph of ``model``; ``minilm``: the pretrained transformer's
-    ``(state, config.json)`` (:func:`vsekit.graphs.weights.minilm_weights`) when a member
-    reads word pieces."""
+    """The text graph of ``model``; ``pretrained``: the transformer's ``(state,
+    config.json)`` (:func:`vsekit.graphs.weights.pretrained_weights` of
+    :func:`pretrained_kind`) when members read word pieces."""
     g = Graph("vsekit_text", fp16_storage)
     names = text_inputs(model)
     feeds = {n: g.input(n, "int64", ["b"] if n == "lengths" else
                         ["b", "p" if n in PIECE_INPUTS else "t"]) for n in names}  # fmt: skip
     bert = None
     if "input_ids" in feeds:
-        if minilm is None:
-            raise ValueError("text_graph: the model has MiniLM members; pass minilm weights")
-        cfg = BertConfig.from_json(minilm[1])
-        bert = _Transformers(g, feeds["input_ids"], feeds["attention_mask"], minilm[0], cfg)
+        kind = pretrained_kind(model)
+        if pretrained is None or kind is None:
+            raise ValueError(f"text_graph: the model has {kind} members; pass their weights")
+        cfg = _config(kind, pretrained[1])
+        bert = _Transformers(g, feeds["input_ids"], feeds["attention_mask"], pretrained[0], cfg)
     parts, dims = [], []
     for m in model.members:
         name = f"/encs.{m.index}"
@@ -125,7 +150,7 @@ def text_graph(
             dims.append(layers[-1].hidden)
         else:
             assert bert is not None
-            pooled = bert.sentence(_layer_sources(model, m, bert.minilm, bert.cfg), m)
+            pooled = bert.sentence(_layer_sources(model, m, bert.state, bert.cfg), m)
             parts.append(projection_head(g, pooled, model.state, m.text_prefix, name))
             dims.append(projection_dim(model.state, m.text_prefix))
     emb = scaled_concat(g, parts, model.scales, "/ensemble")

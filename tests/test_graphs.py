@@ -552,6 +552,16 @@ def test_ensemble_with_frozen_mpnet_members(tmp_path):
     assert read_model(bundle).members[1].text_kind == "mpnet"
     long = " ".join(["a brown dog chases a red ball across the wet sand"] * 8)  # cut at 64
     _check_variant(tmp_path, bundle, 1, [*CAPTIONS, long, long[:200]])
+    # its int8 text graph, as the writer quantises MPNet, stays close to fp32 on this CPU
+    from vsekit.graphs.quantize import quantize_pretrained_int8
+
+    int8 = tmp_path / "text.int8.onnx"
+    shutil.copyfile(tmp_path / "text.onnx", int8)
+    quantize_pretrained_int8(int8, kind="mpnet")
+    feeds = _text_feeds(bundle, CAPTIONS, ["ids", "lengths", "input_ids", "attention_mask"])
+    (a,), (b,) = _run(tmp_path / "text.onnx", feeds), _run(int8, feeds)
+    gru_dim = 24
+    assert np.median(_cos(a[:, gru_dim:], b[:, gru_dim:])) >= 0.99
 
 
 @NEEDS_WEIGHTS

@@ -66,7 +66,8 @@ def write_fp32_graphs(
     wheel, MPNet's from its folder (see :mod:`vsekit.graphs.weights`). Returns what
     ``onnx.json`` records of the model: ``opset``, ``storage``, ``embed_dim``,
     ``model_fingerprint`` (as every backend computes it), ``text_inputs``, ``text_vocab``
-    (None without a word-level member), and ``sha256`` of each file written by name,
+    (None without a word-level member), ``text_pretrained`` (the word-piece transformer's
+    kind, or None), and ``sha256`` of each file written by name,
     ``weights_sha256`` of the backbone's weights, ``seconds``. UnsupportedModel for a
     bundle the writer does not cover (nothing is written then); GraphWeightsError when
     weights are missing or not the recorded ones."""
@@ -79,6 +80,7 @@ def write_fp32_graphs(
         "opset": ONNX_OPSET, "storage": "fp16" if fp16_storage else "fp32",
         "embed_dim": _embed_dim(model), "model_fingerprint": model.fingerprint,
         "text_inputs": text_inputs(model), "text_vocab": model.vocab_size,
+        "text_pretrained": pretrained_kind(model),
         "sha256": {}, "weights_sha256": None,
     }  # fmt: skip
     pretrained = None

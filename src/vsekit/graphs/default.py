@@ -100,7 +100,8 @@ def write_default_encoders(bundle: Path, progress: Callable[[str], None] = _say)
 
         def int8_text(out: Path) -> None:
             shutil.copyfile(text32, out)
-            quantize_pretrained_int8(out, **WEIGHT_FORMS[INT8_WEIGHTS["text"]])
+            quantize_pretrained_int8(out, **WEIGHT_FORMS[INT8_WEIGHTS["text"]],
+                                     kind=meta["text_pretrained"] or "minilm")  # fmt: skip
             fp16_storage(out)
 
         atomic_write(bundle / TEXT_FILES["int8"], int8_text)

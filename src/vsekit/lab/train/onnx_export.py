@@ -202,6 +202,8 @@ def export_onnx(
         {"views": {0: "n"}, "embedding": {0: "n"}, "features": {0: "n"}},
     )
     text_spec = ("text", text, text_args, text.inputs, ["embedding"], text_axes)
+    # the word-piece transformer's kind (its text int8 float nodes differ)
+    pretrained = next((e.kind for e in text.encs if hasattr(e, "tokenizer")), "minilm")
     graphs = [
         *([] if int8_only else [(IMAGE_FILES["fp32"], image_spec, storage)]),
         (TEXT_FILES["fp32"], text_spec, storage),
@@ -212,7 +214,7 @@ def export_onnx(
     for fname, spec, how in graphs:
         path = out / fname
 
-        def write(tmp: Path, spec=spec, how=how) -> None:
+        def write(tmp: Path, spec=spec, how=how, pretrained=pretrained) -> None:
             _, module, args, inputs, outputs, axes = spec
             with warnings.catch_warnings():  # tracer notes; parity is tested instead
                 warnings.simplefilter("ignore")
@@ -223,7 +225,7 @@ def export_onnx(
             if how == "fp16":
                 fp16_storage(tmp)
             elif how == "text-int8":
-                quantize_pretrained_int8(tmp, reduce_range=reduce_range)
+                quantize_pretrained_int8(tmp, reduce_range=reduce_range, kind=pretrained)
                 fp16_storage(tmp)  # the rest (word tables, recurrent layers, projections)
             elif how == "int8":
                 fp32 = tmp.with_name(tmp.name + ".fp32.onnx")

@@ -68,7 +68,8 @@ def main() -> None:
             fp = meta["model_fingerprint"]
             now = {fp, int8_fingerprint(fp, meta["sha256"]["image.int8.onnx"])}
             runs = {k: v for k, v in runs.items()
-                    if not k.startswith("onnx") or v.get("model_fingerprint") in now}  # fmt: skip
+                    if not k.startswith("onnx") or v.get("bundle", "default") != "default"
+                    or v.get("model_fingerprint") in now}  # fmt: skip
     key = args.backend if args.model == "default" else f"{args.backend}:{Path(args.model).name}"
     key += f":{args.precision}" if args.precision else ""
     choice = getattr(model, "precision_choice", None)

@@ -27,8 +27,10 @@ The protocol and the rule, fixed before anything was measured:
 
 Run: python benchmarks/mpnet_default.py --choose
      python benchmarks/mpnet_default.py --assemble ~/.cache/vsekit/runs/candidate-mpnet/bundle
-Writes benchmarks/mpnet_default.json (the choice; the rule's figures are the named
-scripts' own JSON rows).
+     (then the two scripts of the rule, with ``--model`` that bundle, and without it)
+     python benchmarks/mpnet_default.py --verdict
+Writes benchmarks/mpnet_default.json: the choice, and the rule applied to the figures the
+two scripts recorded in their own JSON (read, never copied by hand).
 """
 
 from __future__ import annotations
@@ -118,18 +120,53 @@ def assemble(out: Path) -> None:
     print("assembled", out, flush=True)
 
 
+def verdict() -> dict:
+    """Step 4: the rule, on what ``default_model.py`` and ``query_scoreboard.py`` recorded
+    for the candidate (the bundle at ``--assemble``'s folder name) and the shipped default
+    on this CPU's int8 class."""
+    from vsekit.runtime.precision import cpu_info
+
+    path = Path(__file__).with_suffix(".json")
+    res = json.loads(path.read_text())
+    cls = cpu_info().int8_class
+    rows = json.loads((ROOT / "benchmarks" / "default_model.json").read_text())["backends"]
+    board = json.loads((ROOT / "benchmarks" / "query_scoreboard.json").read_text())["scorers"]
+
+    def figures(rsum_key: str, board_key: str) -> dict:
+        row, dev = rows[rsum_key], board[board_key]["dev"]
+        return {"model_name": row["model_name"], "dev_rsum": row["metrics"]["rsum"],
+                "dev_rsum_without_hubness": row["metrics_without_hubness_reduction"]["rsum"],
+                "precision": (row.get("precision") or {}).get("image"),
+                "scoreboard": {c: dev["summary"][c]["p@5"] for c in dev["summary"]},
+                "scoreboard_ndcg10": dev["summary"]["all"]["ndcg@10"]}  # fmt: skip
+
+    cand = figures(f"onnx:bundle@{cls}", "default:bundle")
+    shipped = figures(f"onnx@{cls}", "default")
+    fp32 = rows.get(f"onnx:bundle:fp32@{cls}")
+    ships = (cand["dev_rsum"] > shipped["dev_rsum"]
+             and cand["scoreboard"]["all"] > shipped["scoreboard"]["all"])  # fmt: skip
+    res["rule"] = {"int8_class": cls, "candidate": cand, "shipped": shipped,
+                   "candidate_fp32_dev_rsum": None if fp32 is None else fp32["metrics"]["rsum"],
+                   "ships": ships}  # fmt: skip
+    return record(path, {k: v for k, v in res.items() if k not in ("date", "machine")})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--choose", action="store_true", help="choose the GRU share on the slice")
     ap.add_argument("--assemble", type=Path, help="write the candidate bundle here")
+    ap.add_argument("--verdict", action="store_true", help="apply the rule to the recorded rows")
     args = ap.parse_args()
     if args.choose:
         res = choose()
         print("chosen GRU share:", res["chosen_gru_share"])
     if args.assemble:
         assemble(args.assemble.expanduser())
-    if not (args.choose or args.assemble):
-        ap.error("--choose and/or --assemble OUT")
+    if args.verdict:
+        rule = verdict()["rule"]
+        print(json.dumps(rule, indent=1))
+    if not (args.choose or args.assemble or args.verdict):
+        ap.error("--choose, --assemble OUT and/or --verdict")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ features), so the packaging (float16, re-extraction) is checked too.
 
 Run: python benchmarks/default_model.py [--backend torch|onnx] [--model BUNDLE]
 [--precision fp32|int8] (each backend's figures are kept under its name in the JSON, a
-bundle given by path under BACKEND:FOLDER).
+bundle given by path under BACKEND:MODEL_NAME).
 """
 
 from __future__ import annotations
@@ -70,7 +70,9 @@ def main() -> None:
             runs = {k: v for k, v in runs.items()
                     if not k.startswith("onnx") or v.get("bundle", "default") != "default"
                     or v.get("model_fingerprint") in now}  # fmt: skip
-    key = args.backend if args.model == "default" else f"{args.backend}:{Path(args.model).name}"
+    # another bundle's rows are keyed by its model name (its folder's name when it has none)
+    other = model.info.get("name") or Path(args.model).name
+    key = args.backend if args.model == "default" else f"{args.backend}:{other}"
     key += f":{args.precision}" if args.precision else ""
     choice = getattr(model, "precision_choice", None)
     if args.backend == "onnx":  # int8's accuracy depends on the CPU class: one row each

@@ -22,13 +22,15 @@ The protocol and the rule, fixed before anything was measured:
 4. **Rule** (the issue's): the candidate replaces the default only when both its dev rsum
    end to end (``benchmarks/default_model.py --backend onnx --model OUT``) and its dev
    scoreboard P@5 (``benchmarks/query_scoreboard.py --model OUT --split dev``) exceed
-   the shipped default's, measured on the same CPU; and the budgets hold (serve RSS 700
-   MB, a warm HTTP search 100 ms, model files in git 80 MB).
+   the shipped default's, measured on the same CPU (``--verdict`` checks this much, and
+   records both bundles' ONNX file sizes); a candidate that passes must then hold the
+   budgets before it ships (serve RSS 700 MB, a warm HTTP search 100 ms, model files
+   in git 80 MB, the clean install's 1.5 GB peak), which ``--verdict`` does not run.
 
 Run: python benchmarks/mpnet_default.py --choose
      python benchmarks/mpnet_default.py --assemble ~/.cache/vsekit/runs/candidate-mpnet/bundle
      (then the two scripts of the rule, with ``--model`` that bundle, and without it)
-     python benchmarks/mpnet_default.py --verdict
+     python benchmarks/mpnet_default.py --verdict [--bundle THAT_BUNDLE]
 Writes benchmarks/mpnet_default.json: the choice, and the rule applied to the figures the
 two scripts recorded in their own JSON (read, never copied by hand).
 """
@@ -49,6 +51,7 @@ from _common import record  # noqa: E402
 from ensembles import GRID, combine, metrics  # noqa: E402
 
 RECIPE = ROOT / "configs" / "candidate-mpnet.yaml"
+CANDIDATE = Path("~/.cache/vsekit/runs/candidate-mpnet/bundle")
 #: files of the shipped default that the candidate takes as they are
 EVIDENCE_FILES = ("evidence.json", "imagenet_head.safetensors", "imagenet_wordnet.json")
 
@@ -120,10 +123,11 @@ def assemble(out: Path) -> None:
     print("assembled", out, flush=True)
 
 
-def verdict() -> dict:
+def verdict(bundle: Path) -> dict:
     """Step 4: the rule, on what ``default_model.py`` and ``query_scoreboard.py`` recorded
-    for the candidate (the bundle at ``--assemble``'s folder name) and the shipped default
-    on this CPU's int8 class."""
+    for the candidate (keyed by its model name) and the shipped default on this CPU's
+    int8 class, both measured on the same CPU; with the two bundles' ONNX file sizes."""
+    from vsekit.bundle import default_model_dir
     from vsekit.runtime.precision import cpu_info
 
     path = Path(__file__).with_suffix(".json")
@@ -140,13 +144,23 @@ def verdict() -> dict:
                 "scoreboard": {c: dev["summary"][c]["p@5"] for c in dev["summary"]},
                 "scoreboard_ndcg10": dev["summary"]["all"]["ndcg@10"]}  # fmt: skip
 
-    cand = figures(f"onnx:bundle@{cls}", "default:bundle")
+    name = _recipe().name
+    cand = figures(f"onnx:{name}@{cls}", f"default:{name}")
     shipped = figures(f"onnx@{cls}", "default")
-    fp32 = rows.get(f"onnx:bundle:fp32@{cls}")
+    cpus = {rows[f"onnx:{name}@{cls}"]["machine"]["cpu"], rows[f"onnx@{cls}"]["machine"]["cpu"]}
+    if len(cpus) != 1:
+        sys.exit(f"the two dev rsum rows were measured on different CPUs: {sorted(cpus)}")
+    fp32 = rows.get(f"onnx:{name}:fp32@{cls}")
+
+    def sizes(folder: Path) -> dict:
+        return {f.name: round(f.stat().st_size / 2**20, 1) for f in sorted(folder.glob("*.onnx"))}
+
     ships = (cand["dev_rsum"] > shipped["dev_rsum"]
              and cand["scoreboard"]["all"] > shipped["scoreboard"]["all"])  # fmt: skip
     res["rule"] = {"int8_class": cls, "candidate": cand, "shipped": shipped,
                    "candidate_fp32_dev_rsum": None if fp32 is None else fp32["metrics"]["rsum"],
+                   "cpu": cpus.pop(), "onnx_mb": {"candidate": sizes(bundle),
+                                                  "shipped": sizes(default_model_dir())},
                    "ships": ships}  # fmt: skip
     return record(path, {k: v for k, v in res.items() if k not in ("date", "machine")})
 
@@ -156,6 +170,7 @@ def main() -> None:
     ap.add_argument("--choose", action="store_true", help="choose the GRU share on the slice")
     ap.add_argument("--assemble", type=Path, help="write the candidate bundle here")
     ap.add_argument("--verdict", action="store_true", help="apply the rule to the recorded rows")
+    ap.add_argument("--bundle", type=Path, default=CANDIDATE, help="the candidate (--verdict)")
     args = ap.parse_args()
     if args.choose:
         res = choose()
@@ -163,7 +178,7 @@ def main() -> None:
     if args.assemble:
         assemble(args.assemble.expanduser())
     if args.verdict:
-        rule = verdict()["rule"]
+        rule = verdict(args.bundle.expanduser())["rule"]
         print(json.dumps(rule, indent=1))
     if not (args.choose or args.assemble or args.verdict):
         ap.error("--choose, --assemble OUT and/or --verdict")

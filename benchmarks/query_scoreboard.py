@@ -233,7 +233,8 @@ def default_scorer(
                     out[j] += np.asarray(bonus, np.float32)
         return out
 
-    score.name = "default" if model_name == "default" else f"default:{Path(model_name).name}"
+    other = model.info.get("name") or Path(model_name).name  # keyed by its model's name
+    score.name = "default" if model_name == "default" else f"default:{other}"
     score.name += "-exact" if exact else ""
     score.describe = {"model_name": model.info.get("name"), "model_fingerprint": model.fingerprint,
                       "backend": getattr(model, "backend", None),

@@ -104,12 +104,7 @@ def main() -> dict:
         for name, keep in VARIANTS.items():
             out = Path(tmp) / "text.int8.onnx"
             shutil.copyfile(fp32, out)
-            saved = quantize.TEXT_INT8_KEEP_FLOAT[kind]
-            quantize.TEXT_INT8_KEEP_FLOAT[kind] = keep
-            try:
-                quantize.quantize_pretrained_int8(out, kind=kind)
-            finally:
-                quantize.TEXT_INT8_KEEP_FLOAT[kind] = saved
+            quantize.quantize_pretrained_int8(out, kind=kind, keep_float=keep)
             got = encode(out)
             cos = (ref * got).sum(1) / np.linalg.norm(ref, axis=1) / np.linalg.norm(got, axis=1)
             rows[name] = {"float_layers": len(keep), "mb": round(out.stat().st_size / 2**20, 1),

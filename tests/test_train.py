@@ -275,18 +275,25 @@ train: {{epochs: 2, batch_size: 4, lr: 0.001, collapse_epochs: 0}}
 
 
 #: model recipes (vse model build), not experiment configs; tests/test_build.py loads them
-RECIPES = ("default-model",)
+CONFIGS = sorted((Path(__file__).parents[1] / "configs").glob("*.yaml"))
+#: model recipes (``vse model build``): the default's, and candidates for its next version
+RECIPES = [p for p in CONFIGS if p.stem == "default-model" or p.stem.startswith("candidate-")]
 
 
-@pytest.mark.parametrize(
-    "path",
-    [p for p in sorted((Path(__file__).parents[1] / "configs").glob("*.yaml"))
-     if p.stem not in RECIPES],
-    ids=lambda p: p.stem,
-)  # fmt: skip
+@pytest.mark.parametrize("path", [p for p in CONFIGS if p not in RECIPES], ids=lambda p: p.stem)
 def test_shipped_configs_load(path):
     cfg = load_config(path)
     assert cfg.name == path.stem
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
+def test_shipped_recipes_load_and_train_from_shipped_configs(path):
+    from vsekit.lab.build import load_recipe
+
+    recipe = load_recipe(path)
+    root = Path(__file__).parents[1]
+    specs = [m.train for m in recipe.members if m.train] + [recipe.tagger.train]
+    assert specs and all(load_config(root / t.config) for t in specs)
 
 
 @pytest.mark.parametrize(

@@ -159,7 +159,7 @@ def verdict(bundle: Path) -> dict:
              and cand["scoreboard"]["all"] > shipped["scoreboard"]["all"])  # fmt: skip
     res["rule"] = {"int8_class": cls, "candidate": cand, "shipped": shipped,
                    "candidate_fp32_dev_rsum": None if fp32 is None else fp32["metrics"]["rsum"],
-                   "cpu": cpus.pop(), "onnx_mb": {"candidate": sizes(bundle),
+                   "cpu": cpus.pop(), "onnx_mib": {"candidate": sizes(bundle),
                                                   "shipped": sizes(default_model_dir())},
                    "ships": ships}  # fmt: skip
     return record(path, {k: v for k, v in res.items() if k not in ("date", "machine")})

@@ -31,8 +31,9 @@ Run: python benchmarks/mpnet_default.py --choose
      python benchmarks/mpnet_default.py --assemble ~/.cache/vsekit/runs/candidate-mpnet/bundle
      (then the two scripts of the rule, with ``--model`` that bundle, and without it)
      python benchmarks/mpnet_default.py --verdict [--bundle THAT_BUNDLE]
-Writes benchmarks/mpnet_default.json: the choice, and the rule applied to the figures the
-two scripts recorded in their own JSON (read, never copied by hand).
+Writes benchmarks/mpnet_default.json (``--recipe`` another candidate:
+mpnet_default.<its stem>.json): the choice, and the rule applied to the figures the two
+scripts recorded in their own JSON (read, never copied by hand).
 """
 
 from __future__ import annotations
@@ -56,20 +57,29 @@ CANDIDATE = Path("~/.cache/vsekit/runs/candidate-mpnet/bundle")
 EVIDENCE_FILES = ("evidence.json", "imagenet_head.safetensors", "imagenet_wordnet.json")
 
 
-def _recipe():
+def _json(recipe_path: Path) -> Path:
+    """The record of a candidate: ``mpnet_default.json`` for :data:`RECIPE`, else
+    ``mpnet_default.<recipe stem>.json``."""
+    here = Path(__file__)
+    if recipe_path.resolve() == RECIPE.resolve():
+        return here.with_suffix(".json")
+    return here.with_name(f"{here.stem}.{recipe_path.stem}.json")
+
+
+def _recipe(path: Path = RECIPE):
     from vsekit.lab.build import load_recipe
 
-    return load_recipe(RECIPE)
+    return load_recipe(path)
 
 
-def choose() -> dict:
+def choose(recipe_path: Path = RECIPE) -> dict:
     """Step 2: the slice rsum of the twins' ensemble at each GRU share, and the best."""
     from vsekit.lab.data import load_dataset
     from vsekit.lab.features.store import FeatureStore
     from vsekit.lab.train.export import model_from_run
     from vsekit.lab.train.features import image_features
 
-    recipe = _recipe()
+    recipe = _recipe(recipe_path)
     ds = load_dataset(ROOT / recipe.captions.dataset)
     sl = ds.carve("train", 500, "train-val", 0).split("train-val")
     c2i = [c.image for c in sl.captions]
@@ -93,25 +103,25 @@ def choose() -> dict:
         rows[str(share)] = metrics(img, txt, c2i)
         print(f"GRU share {share}: slice rsum {rows[str(share)]['rsum']:.1f}", flush=True)
     best = max(GRID, key=lambda s: rows[str(s)]["rsum"])
-    return record(Path(__file__).with_suffix(".json"), {
-        "command": "python benchmarks/mpnet_default.py --choose",
-        "recipe": str(RECIPE.relative_to(ROOT)),
+    return record(_json(recipe_path), {
+        "command": " ".join(["python benchmarks/mpnet_default.py", *sys.argv[1:]]),
+        "recipe": str(recipe_path.resolve().relative_to(ROOT)),
         "slice_members": members, "slice_by_gru_share": rows, "chosen_gru_share": best,
     })  # fmt: skip
 
 
-def assemble(out: Path) -> None:
+def assemble(out: Path, recipe_path: Path = RECIPE) -> None:
     """Step 3: the candidate bundle at ``out``."""
     from vsekit.bundle import default_model_dir, write_manifest
     from vsekit.graphs.default import write_default_encoders
     from vsekit.lab.build import build
 
-    chosen = json.loads(Path(__file__).with_suffix(".json").read_text())["chosen_gru_share"]
-    recipe = _recipe()
+    chosen = json.loads(_json(recipe_path).read_text())["chosen_gru_share"]
+    recipe = _recipe(recipe_path)
     gru = [m.weight for m in recipe.members if m.name.startswith("gru")]
     share = sum(gru) / sum(m.weight for m in recipe.members)
     if abs(share - chosen) > 1e-6:
-        sys.exit(f"{RECIPE}: the GRU's share is {share:.3f}; the slice chose {chosen}")
+        sys.exit(f"{recipe_path}: the GRU's share is {share:.3f}; the slice chose {chosen}")
     build(recipe, out, ROOT)
     vse = str(Path(sys.executable).with_name("vse"))
     subprocess.run([vse, "model", "expand-vocab", str(out), "--top", "60000"], check=True)
@@ -123,14 +133,14 @@ def assemble(out: Path) -> None:
     print("assembled", out, flush=True)
 
 
-def verdict(bundle: Path) -> dict:
+def verdict(bundle: Path, recipe_path: Path = RECIPE) -> dict:
     """Step 4: the rule, on what ``default_model.py`` and ``query_scoreboard.py`` recorded
     for the candidate (keyed by its model name) and the shipped default on this CPU's
     int8 class, both measured on the same CPU; with the two bundles' ONNX file sizes."""
     from vsekit.bundle import default_model_dir
     from vsekit.runtime.precision import cpu_info
 
-    path = Path(__file__).with_suffix(".json")
+    path = _json(recipe_path)
     res = json.loads(path.read_text())
     cls = cpu_info().int8_class
     rows = json.loads((ROOT / "benchmarks" / "default_model.json").read_text())["backends"]
@@ -144,7 +154,7 @@ def verdict(bundle: Path) -> dict:
                 "scoreboard": {c: dev["summary"][c]["p@5"] for c in dev["summary"]},
                 "scoreboard_ndcg10": dev["summary"]["all"]["ndcg@10"]}  # fmt: skip
 
-    name = _recipe().name
+    name = _recipe(recipe_path).name
     cand = figures(f"onnx:{name}@{cls}", f"default:{name}")
     shipped = figures(f"onnx@{cls}", "default")
     cpus = {rows[f"onnx:{name}@{cls}"]["machine"]["cpu"], rows[f"onnx@{cls}"]["machine"]["cpu"]}
@@ -167,18 +177,19 @@ def verdict(bundle: Path) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--recipe", type=Path, default=RECIPE, help="the candidate's recipe")
     ap.add_argument("--choose", action="store_true", help="choose the GRU share on the slice")
     ap.add_argument("--assemble", type=Path, help="write the candidate bundle here")
     ap.add_argument("--verdict", action="store_true", help="apply the rule to the recorded rows")
     ap.add_argument("--bundle", type=Path, default=CANDIDATE, help="the candidate (--verdict)")
     args = ap.parse_args()
     if args.choose:
-        res = choose()
+        res = choose(args.recipe)
         print("chosen GRU share:", res["chosen_gru_share"])
     if args.assemble:
-        assemble(args.assemble.expanduser())
+        assemble(args.assemble.expanduser(), args.recipe)
     if args.verdict:
-        rule = verdict(args.bundle.expanduser())["rule"]
+        rule = verdict(args.bundle.expanduser(), args.recipe)["rule"]
         print(json.dumps(rule, indent=1))
     if not (args.choose or args.assemble or args.verdict):
         ap.error("--choose, --assemble OUT and/or --verdict")

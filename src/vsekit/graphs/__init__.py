@@ -76,15 +76,15 @@ def write_fp32_graphs(
 
     t0 = time.perf_counter()
     model = read_model(Path(bundle))
+    kind = pretrained_kind(model)  # UnsupportedModel for two kinds, before any writing
     out: dict = {
         "opset": ONNX_OPSET, "storage": "fp16" if fp16_storage else "fp32",
         "embed_dim": _embed_dim(model), "model_fingerprint": model.fingerprint,
         "text_inputs": text_inputs(model), "text_vocab": model.vocab_size,
-        "text_pretrained": pretrained_kind(model),
+        "text_pretrained": kind,
         "sha256": {}, "weights_sha256": None,
     }  # fmt: skip
     pretrained = None
-    kind = pretrained_kind(model)  # UnsupportedModel for two kinds, before any writing
     if text_out is not None and kind is not None:
         from vsekit.graphs.weights import pretrained_weights
 

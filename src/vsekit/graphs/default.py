@@ -214,10 +214,10 @@ def fetch_mpnet(dest: Path | None = None, progress: Callable[[str], None] = _say
 
 
 def _needs_mpnet(bundle: Path) -> bool:
+    from vsekit.graphs.model import config_members
+
     info = json.loads((bundle / "bundle.json").read_text())
-    model = info["config"]["model"]
-    members = model.get("members") or [model]
-    return any((m.get("text") or {}).get("kind") == "mpnet" for m in members)
+    return any(m.text_kind == "mpnet" for m in config_members(info["config"]["model"]))
 
 
 def build_default() -> None:

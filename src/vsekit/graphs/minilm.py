@@ -54,8 +54,20 @@ class BertConfig:
     def head_dim(self) -> int:
         return self.hidden // self.heads
 
+    def layer_weights(self, state: dict[str, np.ndarray], key: str) -> Weights:
+        """The weights of the layer under ``key`` (``encoder.layer.3.``), read by BERT's
+        names below it (what :func:`layer` reads)."""
+        return lambda name: state[key + name]
 
-def _layer_norm(g: Graph, x: str, w: Weights, key: str, eps: float, name: str,
+    def inputs(self, g: Graph, input_ids: str, mask: str, w: Weights, name: str,
+               wkey: str) -> tuple[str, str]:  # fmt: skip
+        """``(token states [B, T, H], the bias every layer adds to its scores)``: the
+        :func:`embeddings` and the padding mask's :func:`attention_bias`."""
+        return (embeddings(g, input_ids, w, self, name, wkey),
+                attention_bias(g, mask, f"{name}/extended_attention_mask"))  # fmt: skip
+
+
+def layer_norm(g: Graph, x: str, w: Weights, key: str, eps: float, name: str,
                 wkey: str) -> str:  # fmt: skip
     return g.op("LayerNormalization", x, g.weight(f"{wkey}{key}.weight", w(f"{key}.weight")),
                 g.weight(f"{wkey}{key}.bias", w(f"{key}.bias")),
@@ -95,7 +107,7 @@ def embeddings(g: Graph, input_ids: str, w: Weights, cfg: BertConfig, name: str,
                positions,
                name=f"{p}/position_embeddings/Gather")  # fmt: skip
     x = g.op("Add", x, pos, name=f"{p}/Add_1")
-    return _layer_norm(g, x, w, "embeddings.LayerNorm", cfg.eps, f"{p}/LayerNorm", wkey)
+    return layer_norm(g, x, w, "embeddings.LayerNorm", cfg.eps, f"{p}/LayerNorm", wkey)
 
 
 def attention_bias(g: Graph, mask: str, name: str) -> str:
@@ -140,7 +152,7 @@ def layer(g: Graph, x: str, bias: str, w: Weights, cfg: BertConfig, name: str,
     o = f"{name}/attention/output"
     y = _dense(g, c, w, "attention.output.dense", f"{o}/dense", wkey)
     y = g.op("Add", y, x, name=f"{o}/Add")
-    x = _layer_norm(g, y, w, "attention.output.LayerNorm", cfg.eps, f"{o}/LayerNorm", wkey)
+    x = layer_norm(g, y, w, "attention.output.LayerNorm", cfg.eps, f"{o}/LayerNorm", wkey)
     i = f"{name}/intermediate"
     h = _dense(g, x, w, "intermediate.dense", f"{i}/dense", wkey)
     act = f"{i}/intermediate_act_fn"  # GELU: h * 0.5 * (1 + erf(h / sqrt(2)))
@@ -152,7 +164,7 @@ def layer(g: Graph, x: str, bias: str, w: Weights, cfg: BertConfig, name: str,
     o = f"{name}/output"
     y = _dense(g, h, w, "output.dense", f"{o}/dense", wkey)
     y = g.op("Add", y, x, name=f"{o}/Add")
-    return _layer_norm(g, y, w, "output.LayerNorm", cfg.eps, f"{o}/LayerNorm", wkey)
+    return layer_norm(g, y, w, "output.LayerNorm", cfg.eps, f"{o}/LayerNorm", wkey)
 
 
 def mean_pool(g: Graph, h: str, mask: str, name: str) -> str:

@@ -107,7 +107,9 @@ def _image_section(cfg: dict, where: str) -> None:
         raise UnsupportedModel(f"{where}: img_norm {cfg['img_norm']!r}; {PYTORCH_EXPORT}")
 
 
-def _members(cfg: dict) -> list[Member]:
+def config_members(cfg: dict) -> list[Member]:
+    """The members of a bundle's ``config.model`` section; UnsupportedModel for what the
+    writer does not cover."""
     kind = cfg.get("kind", "joint")
     if kind == "joint":
         _image_section(cfg, "model")
@@ -143,7 +145,7 @@ def read_model(bundle: Path) -> BundleModel:
     bundle = Path(bundle)
     verify_bundle(bundle)
     info = json.loads((bundle / "bundle.json").read_text())
-    members = _members(info["config"]["model"])
+    members = config_members(info["config"]["model"])
     check_image(info["image"])
     state16 = load_file(bundle / "model.safetensors")
     state = {k: v.astype(np.float32) for k, v in state16.items()}

@@ -32,7 +32,7 @@ import numpy as np
 
 from vsekit.graphs.builder import Graph
 from vsekit.graphs.errors import UnsupportedModel
-from vsekit.graphs.minilm import BertConfig, Weights, attention_bias
+from vsekit.graphs.minilm import BertConfig, Weights, attention_bias, layer_norm
 
 #: BERT's weight names (what :func:`vsekit.graphs.minilm.layer` reads) -> MPNet's
 BERT_NAMES = {
@@ -56,40 +56,38 @@ class MPNetConfig(BertConfig):
         """From a Hugging Face ``config.json`` of ``model_type: mpnet``."""
         if cfg.get("model_type") != "mpnet":
             raise UnsupportedModel(f"an {cfg.get('model_type')!r} transformer as MPNet")
-        if cfg.get("hidden_act", "gelu") != "gelu":
-            raise UnsupportedModel(f"pretrained transformer with {cfg['hidden_act']!r} activations")
         # transformers' MPNet fixes both, whatever its config says
         if int(cfg.get("pad_token_id", 1)) != 1 or int(cfg.get("relative_attention_num_buckets",
                                                                32)) != 32:  # fmt: skip
             raise UnsupportedModel("an MPNet with a pad id other than 1 or other than 32 "
                                    "relative position buckets")  # fmt: skip
-        return cls(
-            hidden=int(cfg["hidden_size"]),
-            heads=int(cfg["num_attention_heads"]),
-            layers=int(cfg["num_hidden_layers"]),
-            eps=float(cfg.get("layer_norm_eps", 1e-5)),
-            pad=int(cfg.get("pad_token_id", 1)),
-            positions=int(cfg["max_position_embeddings"]),
-            buckets=int(cfg.get("relative_attention_num_buckets", 32)),
-        )
+        base = vars(BertConfig.from_json(cfg))  # the activation checked there
+        return cls(**{**base, "eps": float(cfg.get("layer_norm_eps", 1e-5))}, pad=1,
+                   positions=int(cfg["max_position_embeddings"]), buckets=32)  # fmt: skip
 
     @property
     def max_tokens(self) -> int:
         """The longest input the position table covers."""
         return self.positions - self.pad - 1
 
+    def layer_weights(self, state: dict[str, np.ndarray], key: str) -> Weights:
+        """The weights of MPNet's layer under ``key`` (``encoder.layer.3.``), read by
+        BERT's names below it (:data:`BERT_NAMES`)."""
 
-def layer_weights(state: dict[str, np.ndarray], key: str) -> Weights:
-    """The weights of MPNet's layer under ``key`` (``encoder.layer.3.``), read by BERT's
-    names below it."""
+        def read(name: str) -> np.ndarray:
+            for bert, mpnet in BERT_NAMES.items():
+                if name.startswith(bert):
+                    return state[key + mpnet + name[len(bert) :]]
+            return state[key + name]
 
-    def read(name: str) -> np.ndarray:
-        for bert, mpnet in BERT_NAMES.items():
-            if name.startswith(bert):
-                return state[key + mpnet + name[len(bert) :]]
-        return state[key + name]
+        return read
 
-    return read
+    def inputs(self, g: Graph, input_ids: str, mask: str, w: Weights, name: str,
+               wkey: str) -> tuple[str, str]:  # fmt: skip
+        """``(token states [B, T, H], the bias every layer adds to its scores)``: the
+        :func:`embeddings` and :func:`scores_bias` (relative positions and padding)."""
+        return (embeddings(g, input_ids, w, self, name, wkey),
+                scores_bias(g, input_ids, mask, w, self))  # fmt: skip
 
 
 def relative_buckets(relative: np.ndarray, buckets: int, max_distance: int) -> np.ndarray:
@@ -134,10 +132,7 @@ def embeddings(g: Graph, input_ids: str, w: Weights, cfg: MPNetConfig, name: str
                                   w("embeddings.position_embeddings.weight")), positions,
                name=f"{p}/position_embeddings/Gather")  # fmt: skip
     x = g.op("Add", x, pos, name=f"{p}/Add")
-    return g.op("LayerNormalization", x,
-                g.weight(f"{wkey}embeddings.LayerNorm.weight", w("embeddings.LayerNorm.weight")),
-                g.weight(f"{wkey}embeddings.LayerNorm.bias", w("embeddings.LayerNorm.bias")),
-                name=f"{p}/LayerNorm/LayerNormalization", axis=-1, epsilon=cfg.eps)  # fmt: skip
+    return layer_norm(g, x, w, "embeddings.LayerNorm", cfg.eps, f"{p}/LayerNorm", wkey)
 
 
 def scores_bias(g: Graph, input_ids: str, mask: str, w: Weights, cfg: MPNetConfig,

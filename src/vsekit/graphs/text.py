@@ -17,12 +17,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from vsekit.graphs import minilm, mpnet
 from vsekit.graphs.builder import Graph
 from vsekit.graphs.errors import UnsupportedModel
 from vsekit.graphs.heads import projection_dim, projection_head
 from vsekit.graphs.minilm import BertConfig, layer, mean_pool
 from vsekit.graphs.model import PIECE_KINDS, BundleModel, Member
+from vsekit.graphs.mpnet import MPNetConfig
 from vsekit.graphs.ops import scaled_concat
 from vsekit.graphs.recurrent import GRULayer, gru_sentence
 
@@ -50,8 +50,8 @@ def pretrained_kind(model: BundleModel) -> str | None:
     return kinds[0] if kinds else None
 
 
-def _config(kind: str, config: dict) -> BertConfig:
-    return mpnet.MPNetConfig.from_json(config) if kind == "mpnet" else BertConfig.from_json(config)
+#: each word-piece kind's transformer, as the graph writes it
+CONFIGS: dict[str, type[BertConfig]] = {"minilm": BertConfig, "mpnet": MPNetConfig}
 
 
 def _layer_sources(model: BundleModel, member: Member, state: dict[str, np.ndarray],
@@ -68,9 +68,7 @@ def _layer_sources(model: BundleModel, member: Member, state: dict[str, np.ndarr
         j = i - (cfg.layers - tuned)
         if j < 0:
             key = f"encoder.layer.{i}."
-            read = (mpnet.layer_weights(state, key) if isinstance(cfg, mpnet.MPNetConfig)
-                    else lambda s, key=key: state[key + s])  # fmt: skip
-            out.append((f"pretrained:{key}", f"pretrained.{key}", read))
+            out.append((f"pretrained:{key}", f"pretrained.{key}", cfg.layer_weights(state, key)))
         else:
             key = f"{member.text_prefix}tuned.{j}."
             if f"{key}attention.self.query.weight" not in model.state:
@@ -101,13 +99,9 @@ class _Transformers:
         name = f"/pretrained.{self.stacks.index(stack)}"
         g = self.g
         if () not in self.states:
-            w, cfg = self.state.__getitem__, self.cfg
-            if isinstance(cfg, mpnet.MPNetConfig):
-                self.states[()] = mpnet.embeddings(g, self.input_ids, w, cfg, name, "pretrained.")
-                self._bias = mpnet.scores_bias(g, self.input_ids, self.mask, w, cfg)
-            else:
-                self.states[()] = minilm.embeddings(g, self.input_ids, w, cfg, name, "pretrained.")
-                self._bias = minilm.attention_bias(g, self.mask, f"{name}/extended_attention_mask")
+            self.states[()], self._bias = self.cfg.inputs(
+                g, self.input_ids, self.mask, self.state.__getitem__, name, "pretrained."
+            )
         for i, (_, wkey, weights) in enumerate(sources):
             if stack[: i + 1] not in self.states:
                 self.states[stack[: i + 1]] = layer(
@@ -136,7 +130,7 @@ def text_graph(
         kind = pretrained_kind(model)
         if pretrained is None or kind is None:
             raise ValueError(f"text_graph: the model has {kind} members; pass their weights")
-        cfg = _config(kind, pretrained[1])
+        cfg = CONFIGS[kind].from_json(pretrained[1])
         bert = _Transformers(g, feeds["input_ids"], feeds["attention_mask"], pretrained[0], cfg)
     parts, dims = [], []
     for m in model.members:

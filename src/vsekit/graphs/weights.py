@@ -165,14 +165,6 @@ def minilm_dir(hint: str = MINILM_HINT) -> Path:
     return check_files(path, MINILM_SHA256, hint)
 
 
-def minilm_weights() -> tuple[StateDict, dict]:
-    """``(state, config)``: the transformer's arrays by Hugging Face name
-    (``encoder.layer.0.attention.self.query.weight``, ...) and its ``config.json``."""
-    path = minilm_dir()
-    state, _ = read_safetensors(path / "model.safetensors")
-    return state, json.loads((path / "config.json").read_text())
-
-
 #: sha256 of all-mpnet-base-v2's files at sentence-transformers' revision
 #: e8c3b32edf5434bc2275fc9bab85f82640a19130 (Apache-2.0): the weights' is the LFS sha256
 #: Hugging Face publishes; the config's and tokenizer's were computed from those files
@@ -219,10 +211,8 @@ def pretrained_weights(kind: str) -> tuple[StateDict, dict]:
     """``(state, config)`` of a word-piece text encoder's transformer (``minilm`` or
     ``mpnet``): its arrays by Hugging Face name below the model (``encoder.layer.0.``...)
     and its ``config.json``."""
-    if kind == "minilm":
-        return minilm_weights()
-    if kind != "mpnet":
+    if kind not in ("minilm", "mpnet"):
         raise UnsupportedModel(f"a {kind!r} pretrained transformer")
-    path = mpnet_dir()
+    path = minilm_dir() if kind == "minilm" else mpnet_dir()
     state, _ = read_safetensors(path / "model.safetensors")
     return state, json.loads((path / "config.json").read_text())

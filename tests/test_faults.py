@@ -87,6 +87,43 @@ def test_two_concurrent_indexers_never_share_a_row(tmp_path):
     assert_consistent(coll, tmp_path)
 
 
+def test_the_check_at_open_never_sees_a_commit_half_way(tmp_path, monkeypatch):
+    """The integrity check that every open runs reads the index in one transaction: a
+    writer that commits new rows between its reads (here, forced between the row count
+    and the rows themselves) waits for it, instead of showing rows past the count read
+    first as damage. This is the race the concurrent-writer test above hit now and then."""
+    from vsekit.index.integrity import Integrity
+
+    idx = tmp_path / "idx"
+    Collection(idx, INFO).update(photos_in(tmp_path / "a", 4), CountingEmbedder(), progress=False)
+    more = photos_in(tmp_path / "b", 4, start=50)
+    original = Integrity.damaged_rows
+    writer: list[threading.Thread] = []
+    errors: list[BaseException] = []
+
+    def add_more():
+        try:
+            Collection(idx, INFO).update(more, CountingEmbedder(), progress=False)
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    def commit_in_between(self, *args, **kwargs):
+        bad = original(self, *args, **kwargs)
+        if not writer:  # once: the reader's own check, not the writer's
+            writer.append(threading.Thread(target=add_more))
+            writer[0].start()
+            writer[0].join(timeout=2.0)  # time enough to commit, were it not held off
+        return bad
+
+    monkeypatch.setattr(Integrity, "damaged_rows", commit_in_between)
+    coll = Collection(idx)  # checks at open, with the writer's commit forced in
+    writer[0].join(timeout=60)
+    assert not writer[0].is_alive() and not errors, errors
+    coll.refresh()
+    assert len(coll) == 8
+    assert_consistent(coll, tmp_path)
+
+
 # ------------------------------------------------------------ 2. files replaced later
 def test_replaced_files_are_never_served(tmp_path):
     folder = photos_in(tmp_path / "p", 3)

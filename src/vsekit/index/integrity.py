@@ -32,14 +32,25 @@ class Integrity:
         """CollectionError naming the file and the repair command if the embeddings file
         does not hold every committed row, holds rows that changed since they were
         written (up to :data:`SCAN_AT_OPEN` bytes; larger files are not read through at
-        each open) or two files share a row. A rebuild swapped in meanwhile is checked
-        instead."""
+        each open) or two files share a row, all read in one transaction. A rebuild
+        swapped in meanwhile is checked instead."""
         try:
-            self._check()
+            self._check_in_one_read()
         except CollectionError:
             if not self.reopen_if_replaced():
                 raise
-            self._check()
+            self._check_in_one_read()
+
+    def _check_in_one_read(self) -> None:
+        """:meth:`_check` in one read transaction: a writer committing between its reads
+        would otherwise show rows past the ``rows`` it read first (a false alarm). The
+        writer's commit waits for it (its busy timeout), as for a snapshot."""
+        with self._read_lock:
+            self.db.execute("BEGIN")
+            try:
+                self._check()
+            finally:
+                self.db.execute("COMMIT")
 
     def _repair_hint(self) -> str:
         return f"run `vse index FOLDER --index {self.path} --repair` to re-embed what is damaged"

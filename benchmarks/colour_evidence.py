@@ -42,7 +42,6 @@ Run: python benchmarks/colour_evidence.py --sweep | --dev | --index-cost
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import itertools
 import json
@@ -57,6 +56,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from _evidence import bonus_matrix, dev_rsum  # noqa: E402
+from _evidence import main as run_main  # noqa: E402
 from imagenet_evidence import slice_captions, t2i_recall  # noqa: E402
 from query_scoreboard import (  # noqa: E402
     FLICKR8K,
@@ -200,17 +201,6 @@ def _source(fusion: dict | None = None):
     return ColourNames(fusion)
 
 
-def _bonus(src, texts: Sequence[str], shares: np.ndarray) -> np.ndarray:
-    """``[len(texts), N]`` bonus of ``src`` (0 where a text names no colour)."""
-    out = np.zeros((len(texts), len(shares)), np.float32)
-    ev = {"shares": shares}
-    for j, t in enumerate(texts):
-        b = src.score(t, ev)
-        if b is not None:
-            out[j] = b
-    return out
-
-
 def scorer():
     """The scoreboard scorer ``default+colour``: the default scorer's scores fused
     (:func:`vsekit.evidence.fuse`) with the bonus of the bundle's recorded setting."""
@@ -260,7 +250,8 @@ def sweep() -> dict:
     rows = []
     for region, norm, by_len in itertools.product(REGION_MODES, NORMS, BY_LENGTH):
         unit = ColourNames({"weight": 1.0, "region": region, "norm": norm, "by_length": by_len})
-        u_s, u_c, u_cap = (_bonus(unit, t, shares) for t in (texts, ctexts_q, captions))
+        ev = {"shares": shares}
+        u_s, u_c, u_cap = (bonus_matrix(unit, t, ev) for t in (texts, ctexts_q, captions))
         for w in WEIGHTS:
             summ = evaluate(queries, ids, s0 + w * u_s)["summary"]
             rows.append({"weight": w, "region": region, "norm": norm, "by_length": by_len,
@@ -336,11 +327,8 @@ def index_cost(n: int = 200) -> dict:
 
 # -- dev, once ------------------------------------------------------------------------------
 def dev() -> dict:
-    import vsekit
     from vsekit.evidence import fuse
     from vsekit.evidence.colour import colour_terms
-    from vsekit.lab.data import load_dataset
-    from vsekit.lab.eval import retrieval_metrics
 
     src = _source()
     ids = split_images("dev")
@@ -357,54 +345,16 @@ def dev() -> dict:
             r["id"]: r["first_relevant_rank"] for r in res["queries"] if r["category"] == "colour"
         }
 
-    model = vsekit.load_model("default")
-    ds = load_dataset(FLICKR8K).split("dev")
-    if [Path(im.path).name for im in ds.images] != ids:
-        raise SystemExit("dev image order differs from the scoreboard's")
-    caps = list(ds.texts)
-    sim = model.retrieval_scores(cached_photos(model, ids, model.encode_image),
-                                 model.encode_text(caps))  # [images, captions]  # fmt: skip
-    fused = fuse(sim.T, caps, [src], ev).T
-    m0 = retrieval_metrics(sim, ds.caption_to_image)
-    # search is text-to-image only: annotation (image-to-text) keeps the model's scores
-    m1 = {k: v for k, v in retrieval_metrics(fused, ds.caption_to_image).items()
-          if k.startswith("t2i")}  # fmt: skip
-    m1 |= {k: v for k, v in m0.items() if k.startswith("i2t")}
-    m1["rsum"] = sum(m1[f"{d}_r{k}"] for d in ("t2i", "i2t") for k in (1, 5, 10))
     out = {"setting": _setting(src),
            "scoreboard": board,
            "queries_with_colour": [t for t in texts if colour_terms(t)],
-           "rsum": {"captions": len(caps),
-                    "captions_with_colour": sum(bool(colour_terms(t)) for t in caps),
-                    "without": {k: round(float(v), 2) for k, v in m0.items()},
-                    "with": {k: round(float(v), 2) for k, v in m1.items()}}}  # fmt: skip
+           "rsum": dev_rsum(src, ev[src.name], colour_terms, "colour")}  # fmt: skip
     print(json.dumps({k: out[k] for k in ("setting", "rsum")}, indent=1))
     return out
 
 
 def main() -> None:
-    from _common import record
-
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sweep", action="store_true")
-    ap.add_argument("--dev", action="store_true")
-    ap.add_argument("--index-cost", action="store_true")
-    args = ap.parse_args()
-    path = Path(__file__).with_suffix(".json")
-    old = json.loads(path.read_text()) if path.is_file() else {}
-    out = {k: old[k] for k in ("sweep", "dev", "index_cost", "commands") if k in old}
-    command = " ".join(["python benchmarks/colour_evidence.py", *sys.argv[1:]])
-    if args.sweep:
-        out["sweep"] = sweep()
-        out.setdefault("commands", {})["sweep"] = command
-    if args.dev:
-        out["dev"] = dev()
-        out.setdefault("commands", {})["dev"] = command
-    if args.index_cost:
-        out["index_cost"] = index_cost()
-        out.setdefault("commands", {})["index_cost"] = command
-    out["cpu_shared"] = True  # other jobs ran on the same 2 cores (see load_average)
-    record(path, out)
+    run_main(__file__, __doc__, {"sweep": sweep, "dev": dev, "index_cost": index_cost})
 
 
 if __name__ == "__main__":

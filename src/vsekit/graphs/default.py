@@ -14,7 +14,7 @@ From the bundle's tracked weights (its vocabulary expansion included) this write
 * ``onnx.json``: their sha256 and how they were made;
 * ``objects.onnx``, when ``evidence.json`` enables the ``objects`` source: the object
   detector, translated from its pinned TF.js package (:mod:`vsekit.graphs.centernet`),
-  written once (delete it to write it again).
+  written again only when the translator's version changes.
 
 The int8 graphs have 8-bit weights (:data:`INT8_WEIGHTS`): they run where the CPU adds
 int8 products without saturation (VNNI on x86, and ARM), and the fp32 graphs run
@@ -225,16 +225,18 @@ def _needs_mpnet(bundle: Path) -> bool:
 
 def write_detector(bundle: Path, progress: Callable[[str], None] = _say) -> bool:
     """Write the bundle's object detector (``objects.onnx``, :mod:`vsekit.graphs.centernet`)
-    when its ``evidence.json`` enables the ``objects`` source and the file is absent;
-    True if written. The package's files are fetched once into the cache."""
+    when its ``evidence.json`` enables the ``objects`` source and the file is absent or
+    was written by another version of the translator; True if written. The package's
+    files are fetched once into the cache."""
     from vsekit.evidence import read_evidence_config
-    from vsekit.graphs.centernet import package_dir, write_centernet
+    from vsekit.graphs.centernet import graph_translator, package_dir, write_centernet
+    from vsekit.graphs.tfjs_graph import TRANSLATOR_VERSION
 
     cfg = read_evidence_config(bundle).get("objects")
     if cfg is None or not cfg.get("fusion", {}).get("enabled", False):
         return False
     out = bundle / cfg.get("graph", "objects.onnx")
-    if out.is_file():
+    if out.is_file() and graph_translator(out) == TRANSLATOR_VERSION:
         return False
     progress("writing the object detector's graph (CenterNet, from its TF.js weights)")
     write_centernet(out, package_dir(progress))

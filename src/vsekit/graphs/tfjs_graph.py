@@ -40,6 +40,9 @@ import numpy as np
 
 from vsekit.graphs.errors import GraphWeightsError
 
+#: the translation's version, written into each graph's metadata
+#: (``vsekit.tfjs_translator``): a graph written by another version is written again
+TRANSLATOR_VERSION = 1
 _DTYPES = {"float32": "<f4", "int32": "<i4"}
 _QUANT = {"float16": "<f2", "uint8": "u1", "uint16": "<u2"}
 
@@ -76,36 +79,54 @@ class TfjsGraph:
         return default
 
 
+def _spec(model_json: Path) -> dict:
+    """The model's JSON; GraphWeightsError naming the file when it is unreadable or not
+    a TF.js graph model."""
+    try:
+        spec = json.loads(Path(model_json).read_text())
+        if not isinstance(spec, dict):
+            raise ValueError("not a JSON object")
+        spec["modelTopology"]["node"], spec["weightsManifest"]  # noqa: B018 - must exist
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise GraphWeightsError(f"{model_json}: not a readable TF.js model ({e!r})") from e
+    return spec
+
+
 def read_weights(model_json: Path) -> dict[str, np.ndarray]:
     """Every weight of a TF.js model's manifest, dequantised: float16-stored weights to
     float32, affine uint8/uint16 ones by their ``scale`` and ``min``. GraphWeightsError
-    for a shard whose size the manifest does not account for, or an unknown dtype."""
-    spec = json.loads(Path(model_json).read_text())
+    naming the file and the weight for a shard shorter or longer than the manifest says,
+    or an unknown dtype."""
+    spec = _spec(model_json)
     folder = Path(model_json).parent
     out: dict[str, np.ndarray] = {}
     for group in spec["weightsManifest"]:
-        blob = b"".join((folder / p).read_bytes() for p in group["paths"])
+        try:
+            blob = b"".join((folder / p).read_bytes() for p in group["paths"])
+        except OSError as e:
+            raise GraphWeightsError(f"{model_json}: a weight shard is unreadable ({e})") from e
         offset = 0
         for w in group["weights"]:
             n = int(np.prod(w["shape"])) if w["shape"] else 1
             q = w.get("quantization")
-            if q is not None:
-                stored = _QUANT.get(q["dtype"])
-                if stored is None:
-                    raise GraphWeightsError(f"{model_json}: {w['name']}: quantisation {q['dtype']}")
-                raw = np.frombuffer(blob, stored, n, offset)
-                offset += raw.nbytes
+            if q is not None and q["dtype"] not in _QUANT:
+                raise GraphWeightsError(f"{model_json}: {w['name']}: quantisation {q['dtype']}")
+            if q is None and w["dtype"] not in _DTYPES:
+                raise GraphWeightsError(f"{model_json}: {w['name']}: dtype {w['dtype']}")
+            stored = np.dtype(_QUANT[q["dtype"]] if q is not None else _DTYPES[w["dtype"]])
+            if offset + n * stored.itemsize > len(blob):
+                raise GraphWeightsError(f"{model_json}: the shards end inside {w['name']} "
+                                        f"({len(blob)} bytes)")  # fmt: skip
+            raw = np.frombuffer(blob, stored, n, offset)
+            offset += raw.nbytes
+            if q is None:
+                a = raw.copy()
+            else:
                 a = raw.astype(np.float32)
                 if q["dtype"] != "float16":
                     a = a * np.float32(q["scale"]) + np.float32(q["min"])
                 if w["dtype"] == "int32":
                     a = np.rint(a).astype(np.int32)
-            else:
-                dt = _DTYPES.get(w["dtype"])
-                if dt is None:
-                    raise GraphWeightsError(f"{model_json}: {w['name']}: dtype {w['dtype']}")
-                a = np.frombuffer(blob, dt, n, offset).copy()
-                offset += a.nbytes
             out[w["name"]] = a.reshape(w["shape"])
         if offset != len(blob):
             raise GraphWeightsError(f"{model_json}: shards hold {len(blob)} bytes, the "
@@ -115,7 +136,7 @@ def read_weights(model_json: Path) -> dict[str, np.ndarray]:
 
 def read_graph_model(model_json: Path) -> TfjsGraph:
     """The graph model at ``model_json`` (its shards beside it)."""
-    spec = json.loads(Path(model_json).read_text())
+    spec = _spec(model_json)
     if spec.get("format") != "graph-model":
         raise GraphWeightsError(f"{model_json}: not a TF.js graph model ({spec.get('format')})")
     nodes = {n["name"]: n for n in spec["modelTopology"]["node"]}
@@ -144,6 +165,7 @@ class _Translator:
         """The ONNX tensor of TF.js tensor ``name``, translating what it depends on
         (iteratively: graphs are deeper than Python's recursion allows)."""
         stack = [name.split(":")[0]]
+        waiting: set[str] = set()  # nodes whose inputs are being translated
         while stack:
             top = stack[-1]
             if top in self.done:
@@ -158,6 +180,9 @@ class _Translator:
                 if i.split(":")[0] not in self.done
             ]
             if todo:
+                if top in waiting:
+                    self.fail(node, "a cycle (a loop): only feed-forward graphs translate")
+                waiting.add(top)
                 stack.extend(todo)
                 continue
             self.done[top] = self.translate(node)
@@ -168,11 +193,14 @@ class _Translator:
         """The inputs of ``node`` that are computed, not constants."""
         if node["op"] in ("Placeholder", "Const"):
             return []
-        return [
-            i
-            for i in node.get("input", [])
-            if not i.startswith("^") and self.tf.nodes[i.split(":")[0]]["op"] != "Const"
-        ]
+        out = []
+        for i in node.get("input", []):
+            src = self.tf.nodes.get(i.split(":")[0])
+            if src is None:
+                self.fail(node, f"its input {i} is no node of the graph")
+            if not i.startswith("^") and src["op"] != "Const":
+                out.append(i)
+        return out
 
     # -- ops -----------------------------------------------------------------------
     def translate(self, node: dict) -> str:
@@ -195,9 +223,10 @@ class _Translator:
             axes = sorted(int(a) % 4 for a in np.atleast_1d(self.const(ins[1])))
             if axes != [1, 2]:
                 self.fail(node, f"a mean over NHWC axes {axes} (only over H, W)")
-            keep = 1 if self.tf.attr(node, "keep_dims", False) else 0
+            if not self.tf.attr(node, "keep_dims", False):
+                self.fail(node, "a mean that drops H and W (only keep_dims)")
             return self.g.op("ReduceMean", self.tensor(ins[0]), name=name, axes=[2, 3],
-                             keepdims=keep)  # fmt: skip
+                             keepdims=1)  # fmt: skip
         if op == "ConcatV2":
             axis = int(self.const(ins[-1])) % 4
             if axis != 3:
@@ -242,6 +271,8 @@ class _Translator:
         pad = self.tf.attr(node, "padding", "VALID")
         attrs = {"kernel_shape": [kh, kw], "strides": strides[1:3], "dilations": dil[1:3],
                  "group": group}  # fmt: skip
+        if pad == "SAME" and dil[1:3] != [1, 1]:
+            self.fail(node, f"SAME padding with dilations {dil}")
         if pad == "SAME":
             attrs["auto_pad"] = "SAME_UPPER"
         elif pad == "VALID":
@@ -291,16 +322,25 @@ class _Translator:
 
 def to_onnx(graph: TfjsGraph, outputs: dict[str, str], name: str = "tfjs"):
     """The ONNX graph (:class:`vsekit.graphs.builder.Graph`) of ``graph``'s one input
-    (NHWC, named as in the signature) and ``outputs`` (ONNX name -> TF.js tensor), NCHW.
-    Only the nodes the outputs depend on are translated."""
+    (NHWC, named ``images``) and ``outputs`` (ONNX name -> TF.js tensor), NCHW. Only the
+    nodes the outputs depend on are translated. The graph's metadata records
+    :data:`TRANSLATOR_VERSION` (``vsekit.tfjs_translator``)."""
     from vsekit.graphs.builder import Graph
 
-    (inp,) = [n for n in graph.nodes.values() if n["op"] == "Placeholder"]
-    dims = [int(d.get("size", -1)) for d in inp["attr"]["shape"]["shape"]["dim"]]
+    inputs = [n for n in graph.nodes.values() if n["op"] == "Placeholder"]
+    if len(inputs) != 1:
+        raise GraphWeightsError(f"TF.js graph: {len(inputs)} inputs (placeholders), not one")
+    inp = inputs[0]
+    shape = inp.get("attr", {}).get("shape", {}).get("shape", {}).get("dim")
+    if not shape or len(shape) != 4:
+        raise GraphWeightsError(f"TF.js node {inp['name']}: an input that is not NHWC 4-d")
+    dims = [int(d.get("size", -1)) for d in shape]
     g = Graph(name)
     x = g.input("images", "float32", ["batch", *dims[1:]])
     t = _Translator(graph, g)
     t.done[inp["name"]] = g.op("Transpose", x, name="/to_nchw", perm=[0, 3, 1, 2])
     for out, tf_name in outputs.items():
         g.output(t.tensor(tf_name), out, "float32", ["batch", "c", "h", "w"])
+    prop = g.model().metadata_props.add()
+    prop.key, prop.value = "vsekit.tfjs_translator", str(TRANSLATOR_VERSION)
     return g

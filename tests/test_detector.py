@@ -153,6 +153,34 @@ def test_the_source_is_off_without_its_graph(tmp_path):
     assert ObjectCounts.from_bundle(tmp_path, {"graph": "objects.onnx"}) is None
 
 
+def test_a_bundles_source_opens_its_detector_only_to_index(tmp_path, detector_graph, monkeypatch):
+    """A service that only searches never holds the detector's session."""
+    import shutil
+
+    from vsekit.evidence import objects
+
+    shutil.copyfile(detector_graph, tmp_path / "objects.onnx")
+    made: list[Path] = []
+    real = objects.Detector.__init__
+
+    def counting(self, graph, *args, **kwargs):
+        made.append(Path(graph))
+        real(self, graph, *args, **kwargs)
+
+    monkeypatch.setattr(objects.Detector, "__init__", counting)
+    src = ObjectCounts.from_bundle(tmp_path, {"fusion": {"weight": 0.1, "enabled": True}})
+    ev = {"classes": np.full((2, 16), NONE, np.uint8), "scores": np.zeros((2, 16), np.float16)}
+    assert src.score("two dogs", ev) is not None and made == []
+
+    from PIL import Image
+
+    class Batch:
+        images = [Image.new("RGB", (64, 48))]
+
+    assert src.index(Batch())["classes"].shape == (1, 16)
+    assert made == [tmp_path / "objects.onnx"]
+
+
 def _tiny_graph_model(folder: Path, op: str = "Relu6", scale: float = 0.5) -> Path:
     """A TF.js graph model: a 1x1 convolution (float16 weights) with a fused bias,
     then ``op``, then a per-channel multiply."""

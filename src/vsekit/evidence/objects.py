@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -326,14 +326,27 @@ class ObjectCounts:
     name = "objects"
     version = 1
 
-    def __init__(self, detector: Detector | None, fusion: Mapping | None = None):
-        """``fusion``: ``weight`` (the bonus of a photo whose count is the query's),
-        ``threshold`` (the score a detection needs to be counted) and ``enabled``."""
-        self.detector = detector
+    def __init__(
+        self,
+        detector: Detector | Callable[[], Detector] | None,
+        fusion: Mapping | None = None,
+    ):
+        """``detector``: the detector, or a function that makes it on first use (a
+        bundle's source loads its ONNX session only when a photo is indexed, so a
+        service that only searches never holds it); ``fusion``: ``weight`` (the bonus of
+        a photo whose count is the query's), ``threshold`` (the score a detection needs
+        to be counted) and ``enabled``."""
+        self._detector = detector
         f = dict(fusion or {})
         self.weight = float(f.get("weight", 0.0))
         self.threshold = float(f.get("threshold", 0.3))
         self.enabled = bool(f.get("enabled", False))
+
+    @property
+    def detector(self) -> Detector | None:
+        if callable(self._detector) and not isinstance(self._detector, Detector):
+            self._detector = self._detector()
+        return self._detector
 
     @classmethod
     def from_bundle(cls, bundle: Path, cfg: dict) -> ObjectCounts | None:
@@ -343,8 +356,8 @@ class ObjectCounts:
         if not graph.is_file():
             return None
         d = cfg.get("detector") or {}
-        det = Detector(graph, d.get("iou", 0.5), d.get("min_score", 0.05), d.get("keep", 16))
-        return cls(det, cfg.get("fusion"))
+        settings = (d.get("iou", 0.5), d.get("min_score", 0.05), d.get("keep", 16))
+        return cls(lambda: Detector(graph, *settings), cfg.get("fusion"))
 
     def index(self, photos) -> dict[str, np.ndarray]:
         """``{"classes": [N, keep] uint8, "scores": [N, keep] float16}`` from the batch's

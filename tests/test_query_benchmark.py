@@ -100,3 +100,18 @@ def test_evaluate_summarises_per_category():
     assert out["count"]["ndcg@10"] == pytest.approx(0.5)
     assert out["all"]["queries"] == 2
     assert out["all"]["p@5"] == pytest.approx((2 / 5 + 1 / 5) / 2)
+
+
+def test_paired_comparison_counts_wins_and_brackets_the_difference():
+    import scoreboard_paired as sp
+
+    base = [{"id": f"q{i}", "category": "c" if i % 2 else "d", "p@5": 0.2} for i in range(40)]
+    same = sp.paired(base, base, "p@5")
+    assert same["mean_difference"] == 0 and same["interval_95"] == [0, 0] and same["ties"] == 40
+    better = [dict(q, **{"p@5": 0.6 if i < 10 else 0.2}) for i, q in enumerate(base)]
+    r = sp.paired(base, better, "p@5")
+    assert (r["wins"], r["losses"], r["ties"]) == (10, 0, 30)
+    assert r["mean_difference"] == pytest.approx(0.1)
+    lo, hi = r["interval_95"]
+    assert 0 < lo < 0.1 < hi
+    assert r["by_category"] == {"c": pytest.approx(0.1), "d": pytest.approx(0.1)}

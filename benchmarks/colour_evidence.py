@@ -69,6 +69,8 @@ from query_scoreboard import (  # noqa: E402
     split_images,
 )
 
+from vsekit.fsio import atomic_write  # noqa: E402
+
 WEIGHTS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
 BY_LENGTH = (False, True)
 #: the least summed nDCG@10 gain on the two slice sets that switches the source on
@@ -269,7 +271,7 @@ def sweep() -> dict:
     cfg_path = _bundle() / "evidence.json"
     cfg = json.loads(cfg_path.read_text())
     cfg["colour"] = {"rules": _rules(), "fusion": fusion}
-    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+    atomic_write(cfg_path, json.dumps(cfg, indent=2) + "\n")  # never half-written
     print(f"slice before: {rule_before}")
     print(f"chosen: {fusion}: {pick['why']}")
     if pick["best"] is not None:

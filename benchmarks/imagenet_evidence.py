@@ -222,7 +222,9 @@ def sweep() -> dict:
     cfg_path = _bundle() / "evidence.json"
     cfg = json.loads(cfg_path.read_text())
     cfg["imagenet"]["fusion"] = fusion
-    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+    from vsekit.fsio import atomic_write
+
+    atomic_write(cfg_path, json.dumps(cfg, indent=2) + "\n")  # never half-written
     print(f"slice before: P@5 {before['all']['p@5']} rare_noun {before['rare_noun']['p@5']}; "
           f"caption nouns ({len(nq)}) {nbefore}")  # fmt: skip
     print(f"best: {fusion} -> P@5 {best['all']['p@5']} rare_noun {best['rare_noun']['p@5']}; "

@@ -71,6 +71,8 @@ from query_scoreboard import (  # noqa: E402
     split_images,
 )
 
+from vsekit.fsio import atomic_write  # noqa: E402
+
 WEIGHTS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
 #: the first sweep's grid ended at 0.5, and chose it; extended once to put the choice
 #: inside the grid (0.6, 0.7), the only change after a number was seen
@@ -239,7 +241,7 @@ def sweep() -> dict:
     cfg["objects"] = {"graph": "objects.onnx",
                       "detector": {"iou": 0.5, "min_score": 0.05, "keep": 16},
                       "fusion": fusion}  # fmt: skip
-    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+    atomic_write(cfg_path, json.dumps(cfg, indent=2) + "\n")  # never half-written
     print(f"slice before: {rule_before}")
     print(f"chosen: {fusion}: {pick['why']}")
     # "caption_colours" is the rule's key for the second set; here it holds counts

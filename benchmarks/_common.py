@@ -47,8 +47,10 @@ def spread_rows(spread: dict) -> list[str]:
 
 def record(path: Path, results: dict) -> dict:
     """Write ``results`` with the machine and the date to ``path`` (JSON)."""
+    from vsekit.fsio import atomic_write
+
     out = {"date": dt.date.today().isoformat(), "machine": machine(), **results}
-    path.write_text(json.dumps(out, indent=2) + "\n")
+    atomic_write(path, json.dumps(out, indent=2) + "\n")  # never half-written
     return out
 
 

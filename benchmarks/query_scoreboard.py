@@ -241,6 +241,7 @@ def default_scorer(
     score.name = "default" if model_name == "default" else f"default:{other}"
     score.name += "-exact" if exact else ""
     score.name += "".join(f"-{s}" for s in skip_sources)  # never recorded as the full scorer
+    score.name += "" if evidence_sources else "-model-only"
     score.describe = {"model_name": model.info.get("name"), "model_fingerprint": model.fingerprint,
                       "backend": getattr(model, "backend", None),
                       "precision": None if choice is None else choice.as_dict(),

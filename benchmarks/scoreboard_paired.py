@@ -63,6 +63,10 @@ def paired(base: list[dict], other: list[dict], metric: str, seed: int = 0) -> d
 
 
 def compare(runs: dict, split: str, baseline: str, other: str) -> dict:
+    for name in (baseline, other):
+        if split not in runs.get(name, {}):
+            raise SystemExit(f"{name}: not scored on {split} in {SCOREBOARD.name}; known: "
+                             f"{sorted(k for k in runs if split in runs[k])}")  # fmt: skip
     a, b = runs[baseline][split], runs[other][split]
     if a["judgments_sha256"] != b["judgments_sha256"]:
         raise SystemExit(f"{baseline} and {other} were scored on different {split} judgments")
@@ -81,8 +85,7 @@ def main() -> None:
     runs = json.loads(SCOREBOARD.read_text())["scorers"]
     others = args.others or [k for k in runs if k != args.baseline and args.split in runs[k]]
     out_path = Path(__file__).with_suffix(".json")
-    old = json.loads(out_path.read_text()) if out_path.is_file() else {}
-    pairs = old.get("pairs", {})
+    pairs = {}  # only what this run compared: a pair is never kept past its scorers' figures
     for other in others:
         key = f"{args.split}: {other} vs {args.baseline}"
         pairs[key] = compare(runs, args.split, args.baseline, other)

@@ -258,8 +258,10 @@ def main() -> None:
     old = json.loads(ev_path.read_text()) if ev_path.is_file() else {}
     fusion = (json.loads(args.fusion.read_text()) if args.fusion
               else old.get("imagenet", {}).get("fusion", {}))  # fmt: skip
-    ev = {
-        "imagenet": {
+    ev = dict(old)  # the other sources' entries stay as they are
+    ev["imagenet"] = {
+        **old.get("imagenet", {}),  # and so does the annotation veto's setting
+        **{
             "mapping": "imagenet_wordnet.json",
             "head": "imagenet_head.safetensors",
             "sha256": {
@@ -268,9 +270,11 @@ def main() -> None:
             "feature_scale": FEATURE_SCALE,
             "top_k": 5,
             "fusion": fusion,
-        }
+        },
     }
-    ev_path.write_text(json.dumps(ev, indent=2) + "\n")
+    from vsekit.fsio import atomic_write
+
+    atomic_write(ev_path, json.dumps(ev, indent=2) + "\n")
     n_words, n_syn = len(mapping["words"]), len(mapping["synsets"])
     print(f"{out}: {n_words} nouns, {n_syn} synsets, {len(mapping['irregular'])} plurals")
 

@@ -68,6 +68,10 @@ def test_recipe_errors_name_the_field(tmp_path, change, where):
     path = write(tmp_path, **{"members": members(tmp_path), **change})
     with pytest.raises(ConfigError, match=rf"recipe\.yaml: {where}"):
         load_recipe(path)
+    nested = write(tmp_path, members=[{"run": "a", "train": {"config": "c", "bar": 1}}])
+    with pytest.raises(ConfigError, match=r"members\[0\]\.train: unknown field\(s\) \['bar'\]; "
+                       r"known: \['config', 'refit', 'set'\]"):  # fmt: skip
+        load_recipe(nested)
     bad = write(tmp_path, members=[{"run": "a", "bundle": "b"}])
     with pytest.raises(
         ConfigError, match=r"recipe\.yaml: members\[0\]: Value error, give exactly one"

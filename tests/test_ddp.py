@@ -123,12 +123,9 @@ def _last_weights(run: Path) -> dict:
     return load_file(str(run / ptr / "model.safetensors"))
 
 
-def test_the_switch_waits_for_every_rank_to_read_the_best_epoch(tmp_path, monkeypatch):
-    """At the switch to the max of hinges every rank reloads the best sum epoch, and then
-    rank 0 rewrites this epoch's folder, which may be that one: a barrier between the
-    two, or a rank still reading finds the folder gone (the two-process test below
-    failed so now and then). The order of the calls, in one process."""
-    from tests.test_train import make_data, small_cfg
+def _log_checkpoint_calls(monkeypatch) -> list[str]:
+    """The order of checkpoint reads ("load"), writes ("save") and barriers, as a
+    one-process run makes them."""
     from vsekit.lab.train import checkpoint
     from vsekit.lab.train.trainer import Trainer
 
@@ -145,10 +142,35 @@ def test_the_switch_waits_for_every_rank_to_read_the_best_epoch(tmp_path, monkey
     monkeypatch.setattr(checkpoint, "load_model_weights", logged("load", load))
     monkeypatch.setattr(checkpoint, "save_epoch", logged("save", save))
     monkeypatch.setattr(Trainer, "_barrier", lambda self: calls.append("barrier"))
+    return calls
+
+
+def test_the_switch_waits_for_every_rank_to_read_the_best_epoch(tmp_path, monkeypatch):
+    """At the switch to the max of hinges every rank reloads the best sum epoch, and then
+    rank 0 rewrites this epoch's folder, which may be that one: a barrier between the
+    two, or a rank still reading finds the folder gone (the two-process test below
+    failed so now and then). The order of the calls, in one process."""
+    from tests.test_train import make_data, small_cfg
+    from vsekit.lab.train.trainer import Trainer
+
+    calls = _log_checkpoint_calls(monkeypatch)
     cfg = small_cfg(epochs=3, curriculum="sum_then_max", curriculum_sum_epochs=2, batch_size=16)
     Trainer(cfg, make_data(), tmp_path / "run", progress=False).fit()
     at = calls.index("load")  # the switch's reload: the run does not resume
     assert calls[at + 1] == "barrier", calls
+
+
+def test_a_resume_waits_for_every_rank_to_read_the_last_epoch(tmp_path, monkeypatch):
+    """A resumed run with no epoch left saves at once, rewriting the last epoch's folder
+    that every rank has just read: a barrier between the read and the save."""
+    from tests.test_train import make_data, small_cfg
+    from vsekit.lab.train.trainer import Trainer
+
+    cfg = small_cfg(epochs=2, batch_size=16)
+    Trainer(cfg, make_data(), tmp_path / "run", progress=False).fit()
+    calls = _log_checkpoint_calls(monkeypatch)
+    Trainer(cfg, make_data(), tmp_path / "run", progress=False).fit(resume=True)
+    assert calls[0] == "load" and calls[1] == "barrier" and "save" in calls, calls
 
 
 @pytest.mark.slow

@@ -127,6 +127,17 @@ def test_suppress_keeps_the_stronger_of_two_overlapping_boxes_per_class():
         ("two to three dogs", [("dog", 2, 3)]),
         ("two horse riders", [("person", 2, 2)]),
         ("both dogs", [("dog", 2, 2)]),
+        ("a couple photos of the beach", []),
+        ("a couple beers at the pub", []),
+        ("a young couple sitting on a bench", [("person", 2, 2)]),
+        ("between two and four people", [("person", 2, 4)]),
+        ("two or more dogs", [("dog", 2, float("inf"))]),
+        ("two black and white dogs", [("dog", 2, 2)]),
+        ("two very small dogs", [("dog", 2, 2)]),
+        ("two knives", [("knife", 2, 2)]),
+        ("three mice", [("mouse", 3, 3)]),
+        ("a pair of skis", [("skis", 1, 1)]),
+        ("two and a half", []),
     ],
 )
 def test_counts_read_from_queries(text, want):
@@ -252,6 +263,50 @@ def test_a_short_or_long_shard_is_refused_naming_the_file(tmp_path):
     (tmp_path / "g.bin").write_bytes(blob + b"\0\0\0\0")
     with pytest.raises(GraphWeightsError, match="shards hold"):
         read_weights(path)
+
+
+def test_a_control_input_is_ordered_not_computed(tmp_path):
+    """``^name`` inputs only order execution in TensorFlow: the graph translates as
+    without them."""
+    from vsekit.graphs.tfjs_graph import read_graph_model, to_onnx
+
+    path = _tiny_graph_model(tmp_path)
+    spec = json.loads(path.read_text())
+    nodes = {n["name"]: n for n in spec["modelTopology"]["node"]}
+    nodes["out"]["input"].append("^conv")
+    path.write_text(json.dumps(spec))
+    to_onnx(read_graph_model(path), {"y": "out"}).save(tmp_path / "g.onnx")
+
+
+def test_a_malformed_manifest_is_refused_naming_the_file(tmp_path):
+    from vsekit.graphs.tfjs_graph import read_weights
+
+    path = _tiny_graph_model(tmp_path)
+    spec = json.loads(path.read_text())
+    del spec["weightsManifest"][0]["weights"][1]["shape"]
+    path.write_text(json.dumps(spec))
+    with pytest.raises(GraphWeightsError, match=r"g\.json: a malformed weights manifest"):
+        read_weights(path)
+
+
+def test_a_broken_detector_graph_is_one_error_naming_it_and_not_retried(tmp_path):
+    from vsekit.bundle import ModelError
+    from vsekit.evidence.store import fill_evidence
+
+    (tmp_path / "objects.onnx").write_bytes(b"not a graph")
+    src = ObjectCounts.from_bundle(tmp_path, {"fusion": {"enabled": True}})
+    with pytest.raises(ModelError, match=r"objects\.onnx: the object detector cannot be loaded"):
+        _ = src.detector
+    with pytest.raises(ModelError) as again:
+        _ = src.detector
+    assert "cannot be loaded" in str(again.value)
+    from PIL import Image
+
+    photo = tmp_path / "p.png"
+    Image.new("RGB", (32, 32)).save(photo)
+    files = [(str(photo), photo.stat().st_size, photo.stat().st_mtime_ns)]
+    with pytest.raises(ModelError):  # never "every photo unreadable", silently
+        fill_evidence(tmp_path / "idx", files, src)
 
 
 def test_a_damaged_model_file_is_refused_naming_it(tmp_path):

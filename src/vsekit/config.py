@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import types
 import typing
 from typing import Annotated, Any, Union
 
@@ -62,10 +63,24 @@ def _adapter(tp: Any) -> TypeAdapter:
     return TypeAdapter(tp)
 
 
+def _strip(tp: Any) -> Any:
+    """``tp`` without ``Annotated`` and without ``| None`` (an optional section is its
+    section; a union of several sections stays as it is)."""
+    while True:
+        if typing.get_origin(tp) is Annotated:
+            tp = typing.get_args(tp)[0]
+            continue
+        if typing.get_origin(tp) in (Union, types.UnionType):
+            rest = [a for a in typing.get_args(tp) if a is not type(None)]
+            if len(rest) == 1:
+                tp = rest[0]
+                continue
+        return tp
+
+
 def _field_type(tp: Any, key: Any) -> Any:
     """The type found under ``key`` (a field, a list index or a kind tag) of ``tp``."""
-    while typing.get_origin(tp) is Annotated:
-        tp = typing.get_args(tp)[0]
+    tp = _strip(tp)
     if isinstance(key, str) and key in _TAGS and typing.get_origin(tp) is Union:
         return _TAGS[key]
     if isinstance(key, int):
@@ -98,6 +113,7 @@ def _one_line(e: ValidationError, root: Any, where: str) -> str:
         parent = err["loc"][:-1]
         unknown = sorted(str(x["loc"][-1]) for x in errs
                          if x["type"] in _EXTRA and x["loc"][:-1] == parent)  # fmt: skip
+        tp = _strip(tp)
         fields = dataclasses.fields(tp) if dataclasses.is_dataclass(tp) else ()
         known = sorted(f.name for f in fields)
         return f"{prefix}: unknown field(s) {unknown}; known: {known}"

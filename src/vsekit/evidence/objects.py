@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vsekit.bundle import ModelError
+
 #: COCO's 80 classes in the detector's order
 COCO = (
     "person", "bicycle", "car", "motorcycle", "airplane", "bus", "train", "truck", "boat",
@@ -79,10 +81,18 @@ _GAP_OK = frozenset({"of", "the", "a", "an", "little", "small", "young", "old", 
                      "large", "white", "black", "brown", "red", "blue", "green", "yellow",
                      "pink", "orange", "purple", "gray", "grey", "tan", "spotted", "other",
                      "different", "asian", "african", "american", "older", "younger",
+                     "and", "very",
                      "smiling", "happy"})  # fmt: skip
 
 
+_IRREGULAR = {"knife": "knives", "mouse": "mice", "person": "people", "man": "men",
+              "woman": "women", "child": "children", "goose": "geese",
+              "calf": "calves"}  # fmt: skip
+
+
 def _plural(word: str) -> str:
+    if word in _IRREGULAR:
+        return _IRREGULAR[word]
     if word.endswith(("s", "x", "ch", "sh")):
         return word + "es"
     if word.endswith("y") and word[-2:-1] not in "aeiou":
@@ -146,9 +156,19 @@ _TAKES_OF = frozenset({"pair", "couple"}) | _MANY
 _PERSON = 0
 
 
-#: what "a couple" is of when it is no pair of people ("a couple hours later")
-_TIME_WORDS = frozenset({"seconds", "minutes", "hours", "days", "weeks", "months", "years",
-                         "times", "more", "feet", "inches", "miles", "steps"})  # fmt: skip
+#: what may follow "a couple" that is two people ("a couple walks on the beach", "a
+#: young couple sitting on a bench", "the couple"); anything else ("a couple hours", "a
+#: couple beers") is not read as people
+_COUPLE_NEXT = frozenset({"", "on", "in", "at", "with", "and", "by", "near", "under",
+                          "is", "are", "who", "of", "walks", "walk", "sits", "sit", "stands",
+                          "stand", "kisses", "kiss", "holds", "hold", "poses", "pose",
+                          "dances", "dance", "hugs", "hug", "looks", "look", "smiles",
+                          "smile", "rides", "ride", "eats", "eat", "enjoys", "enjoy",
+                          "relaxes", "relax", "watches", "watch", "lies", "lie", "lays",
+                          "takes", "take", "share", "shares", "together", "outside",
+                          "inside", "having", "posing"})  # fmt: skip
+#: things a "pair of" is one of
+_ONE_PAIR = frozenset({"scissors", "skis", "glasses", "jeans", "shorts", "pants"})
 
 
 def _number(word: str) -> float | None:
@@ -190,10 +210,16 @@ def count_phrases(text: str) -> list[Count]:
             if i and words[i - 1] in ("number", "no"):
                 continue  # "number one": a rank
             lo = hi = first
-            second = _number(words[i + 2]) if nxt in ("or", "to") and i + 2 < len(words) else None
-            if second is not None:  # "two or three dogs"
+            after = words[i + 2] if i + 2 < len(words) else ""
+            second = _number(after) if nxt in ("or", "to", "and") else None
+            if nxt == "and" and (not i or words[i - 1] != "between"):
+                second = None  # "two and ...": only "between two and four" is a range
+            if second is not None:  # "two or three dogs", "between two and four people"
                 lo, hi = min(first, second), max(first, second)
                 start = skip_to = i + 3
+            elif nxt == "or" and after == "more":  # "two or more dogs"
+                hi, start = math.inf, i + 3
+                skip_to = start
         elif w in _MANY:
             lo, hi = 3.0, math.inf
         elif w in ("a", "an"):
@@ -219,9 +245,12 @@ def count_phrases(text: str) -> list[Count]:
                 break
             j += 1
         if found is not None:
-            add(found[0], lo, hi, explicit)
-        elif w == "couple" and nxt not in _TIME_WORDS and nxt != "of":
+            one = w == "pair" and words[j + found[1] - 1] in _ONE_PAIR  # "a pair of skis"
+            add(found[0], 1.0 if one else lo, 1.0 if one else hi, explicit)
+        elif w == "couple" and nxt in _COUPLE_NEXT and nxt != "of":
             add(_PERSON, 2.0, 2.0, True)  # "a couple walks on the beach"
+        elif w == "couple" and nxt.endswith("ing"):
+            add(_PERSON, 2.0, 2.0, True)  # "a couple sitting on a bench"
     return [Count(c, lo, hi) for c, (lo, hi) in sums.items() if c in counted]
 
 
@@ -344,9 +373,19 @@ class ObjectCounts:
 
     @property
     def detector(self) -> Detector | None:
-        if callable(self._detector) and not isinstance(self._detector, Detector):
-            self._detector = self._detector()
-        return self._detector
+        """The detector, made on first use; a ModelError naming the graph when it cannot
+        be loaded (remembered: it is not tried again)."""
+        d = self._detector
+        if isinstance(d, ModelError):
+            raise d
+        if callable(d) and not isinstance(d, Detector):
+            try:
+                d = d()
+            except ModelError as e:
+                self._detector = e
+                raise
+            self._detector = d
+        return d
 
     @classmethod
     def from_bundle(cls, bundle: Path, cfg: dict) -> ObjectCounts | None:
@@ -357,7 +396,17 @@ class ObjectCounts:
             return None
         d = cfg.get("detector") or {}
         settings = (d.get("iou", 0.5), d.get("min_score", 0.05), d.get("keep", 16))
-        return cls(lambda: Detector(graph, *settings), cfg.get("fusion"))
+
+        def make() -> Detector:
+            try:
+                return Detector(graph, *settings)
+            except Exception as e:  # noqa: BLE001 - ONNX Runtime's own errors, one line
+                raise ModelError(
+                    f"{graph}: the object detector cannot be loaded ({e}); "
+                    "rebuild it (python -m vsekit.graphs.centernet)"
+                ) from e
+
+        return cls(make, cfg.get("fusion"))
 
     def index(self, photos) -> dict[str, np.ndarray]:
         """``{"classes": [N, keep] uint8, "scores": [N, keep] float16}`` from the batch's

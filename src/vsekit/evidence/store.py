@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vsekit.bundle import ModelError
 from vsekit.evidence import EvidenceScorer, PhotoBatch
 from vsekit.fsio import atomic_write
 
@@ -119,6 +120,8 @@ def fill_evidence(
             bar.update(len(batch))
             try:
                 arr = source.index(_batch([p for p, _, _ in batch], featurise, decode_size))
+            except ModelError:
+                raise  # the source itself is broken: say so, never skip every photo
             except (OSError, ValueError):  # one unreadable photo: try them one by one
                 arr, batch = _one_by_one(batch, source, featurise, decode_size)
             if not batch:
@@ -164,7 +167,7 @@ class EvidenceTap:
         for src in self.sources:
             try:
                 arr = src.index(batch)
-            except (OSError, ValueError):
+            except (OSError, ValueError):  # a broken source raises again, in fill_evidence
                 continue
             got = self._got[src.name]
             for i, f in enumerate(files):
@@ -185,6 +188,8 @@ def _one_by_one(batch, source, featurise, decode_size):
         try:
             arrays.append(source.index(_batch([f[0]], featurise, decode_size)))
             ok.append(f)
+        except ModelError:
+            raise
         except (OSError, ValueError):
             continue
     if not ok:

@@ -51,6 +51,8 @@ class Graph:
         self._inputs: list[onnx.ValueInfoProto] = []
         self._outputs: list[onnx.ValueInfoProto] = []
         self._names: set[str] = set()  # every tensor and node name given so far
+        #: the model's metadata (``metadata_props``), written when the model is built
+        self.metadata: dict[str, str] = {}
 
     def _fresh(self, name: str) -> str:
         """``name``, or ``name_1``, ``name_2``... when taken (as the tracer numbers them)."""
@@ -130,6 +132,8 @@ class Graph:
             m.graph.node.extend(self._casts + self._nodes)
             m.graph.input.extend(self._inputs)
             m.graph.output.extend(self._outputs)
+            for key, value in self.metadata.items():
+                m.metadata_props.add(key=key, value=value)
         return m
 
     def save(self, path: str | Path, check: bool = True) -> int:

@@ -95,8 +95,17 @@ def _spec(model_json: Path) -> dict:
 def read_weights(model_json: Path) -> dict[str, np.ndarray]:
     """Every weight of a TF.js model's manifest, dequantised: float16-stored weights to
     float32, affine uint8/uint16 ones by their ``scale`` and ``min``. GraphWeightsError
-    naming the file and the weight for a shard shorter or longer than the manifest says,
-    or an unknown dtype."""
+    naming the file (and the weight, where one is at fault) for a shard shorter or longer
+    than the manifest says, an unknown dtype or a malformed manifest."""
+    try:
+        return _read_weights(model_json)
+    except (KeyError, TypeError, ValueError) as e:
+        if isinstance(e, GraphWeightsError):
+            raise
+        raise GraphWeightsError(f"{model_json}: a malformed weights manifest ({e!r})") from e
+
+
+def _read_weights(model_json: Path) -> dict[str, np.ndarray]:
     spec = _spec(model_json)
     folder = Path(model_json).parent
     out: dict[str, np.ndarray] = {}
@@ -139,7 +148,10 @@ def read_graph_model(model_json: Path) -> TfjsGraph:
     spec = _spec(model_json)
     if spec.get("format") != "graph-model":
         raise GraphWeightsError(f"{model_json}: not a TF.js graph model ({spec.get('format')})")
-    nodes = {n["name"]: n for n in spec["modelTopology"]["node"]}
+    try:
+        nodes = {n["name"]: n for n in spec["modelTopology"]["node"]}
+    except (KeyError, TypeError) as e:
+        raise GraphWeightsError(f"{model_json}: a malformed graph ({e!r})") from e
     return TfjsGraph(nodes, read_weights(model_json), spec.get("signature", {}))
 
 
@@ -195,7 +207,7 @@ class _Translator:
             return []
         out = []
         for i in node.get("input", []):
-            src = self.tf.nodes.get(i.split(":")[0])
+            src = self.tf.nodes.get(i.lstrip("^").split(":")[0])
             if src is None:
                 self.fail(node, f"its input {i} is no node of the graph")
             if not i.startswith("^") and src["op"] != "Const":
@@ -341,6 +353,5 @@ def to_onnx(graph: TfjsGraph, outputs: dict[str, str], name: str = "tfjs"):
     t.done[inp["name"]] = g.op("Transpose", x, name="/to_nchw", perm=[0, 3, 1, 2])
     for out, tf_name in outputs.items():
         g.output(t.tensor(tf_name), out, "float32", ["batch", "c", "h", "w"])
-    prop = g.model().metadata_props.add()
-    prop.key, prop.value = "vsekit.tfjs_translator", str(TRANSLATOR_VERSION)
+    g.metadata["vsekit.tfjs_translator"] = str(TRANSLATOR_VERSION)
     return g

@@ -84,7 +84,10 @@ class Integrity:
                     used = np.asarray([r for (r,) in self._query(self._all_rows())], np.int64)
                     st.used = used[used < n_rows]
                     st.crc, st.known = read_sums(self.db, n_rows, gen)
-                    st.emb = open_rows(f, n_rows, self.dim, self.storage)
+                    try:
+                        st.emb = open_rows(f, n_rows, self.dim, self.storage)
+                    except FileNotFoundError:  # removed since the stat (a rebuild)
+                        st.size = None
                 st.counts = self._query(
                     "SELECT COUNT(*), COUNT(DISTINCT row), COALESCE(MAX(row), -1) "
                     f"FROM ({self._all_rows()})"

@@ -213,6 +213,9 @@ class Trainer:
         if resume and (self.run / "last.json").is_file():
             model, opt = self._new_model(t.seed)
             state, rng = ckpt.load_training_state(ckpt.load_pointer(self.run, "last"), model, opt)
+            # every rank has read the last epoch before rank 0 may rewrite its folder (at
+            # once, when no epoch is left to run)
+            self._barrier()
             if self.dist.main:
                 self._truncate_log(state["epoch"])
         else:

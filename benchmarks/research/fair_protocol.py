@@ -67,8 +67,10 @@ rate first, then their seeds, then the other pipelines in Table 2's order, each 
 search then its seeds.
 
 **Not yet scheduled** (declared here so that their rules precede their cells): MOE's and
-POE's instability counts (the first protocol's six settings, five seeds) at this budget;
-Word2VisualVec with an FNE-float target and with early stopping at this cap.
+POE's instability counts (the first protocol's six settings, five seeds) at this budget.
+**Scheduled since** (in ``families.py``, ``W2VV_TESTS``, run by ``claims.py --run first``
+with the first protocol's family jobs, three seeds each): Word2VisualVec with an
+FNE-float target, and with this protocol's early stopping at this cap.
 
 **Cells.** ``benchmarks/research/cells_fair/fair-<row>-<recipe>-s<seed>.json``; each
 records its search ``recipe``, its effective configuration once (the resolved config the

@@ -69,8 +69,13 @@ def compare(runs: dict, split: str, baseline: str, other: str) -> dict:
                              f"{sorted(k for k in runs if split in runs[k])}")  # fmt: skip
     a, b = runs[baseline][split], runs[other][split]
     if a["judgments_sha256"] != b["judgments_sha256"]:
-        raise SystemExit(f"{baseline} and {other} were scored on different {split} judgments")
+        raise StaleJudgments(f"{baseline} and {other} were scored on different {split} "
+                             "judgments; score both again")  # fmt: skip
     return {m: paired(a["queries"], b["queries"], m) for m in METRICS}
+
+
+class StaleJudgments(ValueError):
+    pass
 
 
 def main() -> None:
@@ -86,15 +91,23 @@ def main() -> None:
     others = args.others or [k for k in runs if k != args.baseline and args.split in runs[k]]
     out_path = Path(__file__).with_suffix(".json")
     pairs = {}  # only what this run compared: a pair is never kept past its scorers' figures
+    skipped = {}
     for other in others:
         key = f"{args.split}: {other} vs {args.baseline}"
-        pairs[key] = compare(runs, args.split, args.baseline, other)
+        try:
+            pairs[key] = compare(runs, args.split, args.baseline, other)
+        except StaleJudgments as e:
+            if args.others:  # asked for by name: say so and stop
+                raise SystemExit(str(e)) from None
+            skipped[key] = str(e)
+            print(f"skipped: {e}")
+            continue
         r = pairs[key]["p@5"]
         print(f"{key}: P@5 {r['mean_difference']:+.4f} (95% {r['interval_95']}), "
               f"{r['wins']} wins, {r['losses']} losses, {r['ties']} ties")  # fmt: skip
     command = " ".join(["python benchmarks/scoreboard_paired.py", *sys.argv[1:]])
-    record(out_path, {"resamples": RESAMPLES, "pairs": pairs, "command": command,
-                      "cpu_shared": "not timed"})  # fmt: skip
+    record(out_path, {"resamples": RESAMPLES, "pairs": pairs, "skipped": skipped,
+                      "command": command, "cpu_shared": "not timed"})  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -268,6 +268,8 @@ def index_cost(n: int = 200) -> dict:
     model's own embedding of the same photos, alternating which runs first per half."""
     import tempfile
 
+    from PIL import Image
+
     import vsekit
     from vsekit.evidence.objects import ObjectCounts
     from vsekit.evidence.store import fill_evidence
@@ -277,8 +279,8 @@ def index_cost(n: int = 200) -> dict:
     paths = [str(FLICKR8K / "images" / i) for i in ids]
     files = [(p, Path(p).stat().st_size, Path(p).stat().st_mtime_ns) for p in paths]
     src = ObjectCounts(detector())
-    model.encode_image(paths[:16], batch_size=16)  # warm both sessions
-    src.detector.detect([__import__("PIL.Image").Image.new("RGB", (64, 64))])
+    model.encode_image(paths[:16], batch_size=16)  # warm both graphs before timing
+    src.detector.detect([Image.new("RGB", (64, 64))])
     det = emb = 0.0
     for k, half in enumerate((files[: n // 2], files[n // 2 :])):
         for what in ("det", "emb") if k == 0 else ("emb", "det"):

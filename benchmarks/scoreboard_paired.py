@@ -62,6 +62,10 @@ def paired(base: list[dict], other: list[dict], metric: str, seed: int = 0) -> d
     }
 
 
+class StaleJudgments(ValueError):
+    """Two scorers were scored on different judgments of a split."""
+
+
 def compare(runs: dict, split: str, baseline: str, other: str) -> dict:
     for name in (baseline, other):
         if split not in runs.get(name, {}):
@@ -72,10 +76,6 @@ def compare(runs: dict, split: str, baseline: str, other: str) -> dict:
         raise StaleJudgments(f"{baseline} and {other} were scored on different {split} "
                              "judgments; score both again")  # fmt: skip
     return {m: paired(a["queries"], b["queries"], m) for m in METRICS}
-
-
-class StaleJudgments(ValueError):
-    pass
 
 
 def main() -> None:

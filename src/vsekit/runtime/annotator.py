@@ -1,11 +1,13 @@
 """Annotation: the caption pool's best captions and the tagger's tags for photos, under
-the bundle's annotation veto (:mod:`vsekit.evidence.veto`) when it has one on.
+the bundle's consensus re-ranking (:mod:`vsekit.runtime.consensus`) and annotation veto
+(:mod:`vsekit.evidence.veto`) when it has them on.
 
 ``vse annotate``, ``GET``/``POST /annotate`` and :meth:`BaseModel.annotate
 <vsekit.runtime.base.BaseModel.annotate>` all go through :func:`annotate_arrays`. With the
 veto, the model's best ``candidates`` captions are re-ranked by the photo's ImageNet class
 probabilities (from the image features the annotation decodes anyway for its tags);
-without it, annotation is the pool's top ``k`` as before.
+with consensus, the model's best ``candidates`` are first re-ranked by how much each
+agrees with the others; without either, annotation is the pool's top ``k``.
 
 Each model owns one :class:`Annotator` (``model.annotator``): its ``annotate``,
 ``annotation_veto``, ``tags``, ``tag_threshold`` and ``tags_from_features`` delegate to it.
@@ -26,11 +28,12 @@ from vsekit.runtime.inputs import ImageInput, as_image_list
 if TYPE_CHECKING:
     from vsekit.evidence.veto import AnnotationVeto, Ranked
     from vsekit.runtime.base import BaseModel
+    from vsekit.runtime.consensus import ConsensusRule
 
 #: tags asked of the tagger beyond ``k``, to fill the places of vetoed ones
 SPARE_TAGS = 10
 
-#: ``veto=`` default: the model's own (its bundle's ``evidence.json``)
+#: ``veto=`` and ``consensus=`` default: the model's own (its bundle's ``evidence.json``)
 MODEL_VETO = "model"
 
 
@@ -73,6 +76,7 @@ class Annotator:
     def __init__(self, model: BaseModel) -> None:
         self.model = model
         self._veto: AnnotationVeto | bool | None = None  # False: the bundle has none on
+        self._consensus: ConsensusRule | bool | None = None
 
     @property
     def veto(self) -> AnnotationVeto | None:
@@ -86,6 +90,18 @@ class Annotator:
             self._veto = found or False
         return self._veto or None
 
+    @property
+    def consensus(self) -> ConsensusRule | None:
+        """The bundle's consensus re-ranking (:class:`vsekit.runtime.consensus.
+        ConsensusRule`) when its ``evidence.json`` has it on, else None; read once."""
+        if self._consensus is None:
+            from vsekit.runtime.consensus import ConsensusRule
+
+            path = self.model.path
+            found = ConsensusRule.from_bundle(path) if path is not None else None
+            self._consensus = found or False
+        return self._consensus or None
+
     def annotate(self, images: ImageInput | Sequence[ImageInput], k: int = 5):
         """The ``k`` best captions of the model's pool for each image or video file
         (a video by its whole-clip embedding), with scores; under the bundle's
@@ -93,7 +109,8 @@ class Annotator:
         model = self.model
         items, single = as_image_list(images)
         if self.veto is None:
-            best = model.caption_pool.best(_media_vectors(model, items), k)
+            vecs = _media_vectors(model, items)
+            best = [a.captions for a in annotate_arrays(model, vecs, None, k)]
         else:
             emb, feats = embed_media(model, items)
             best = [a.captions for a in annotate_arrays(model, emb, feats, k)]
@@ -139,21 +156,30 @@ def annotate_arrays(
     n_tags: int = 0,
     pool=None,
     veto: AnnotationVeto | None | str = MODEL_VETO,
+    consensus: ConsensusRule | None | str = MODEL_VETO,
 ) -> list[Annotation]:
     """Annotations of photos from their ``[N, D]`` unit embeddings and ``[N, F]`` image
     features (None: no tags and no veto, which needs the features): the ``k`` best
     captions of ``pool`` (the model's caption pool by default) and at most ``n_tags``
-    tags. ``veto``: the model's own by default, or one given, or None (off)."""
+    tags. ``veto`` and ``consensus``: the model's own by default, or one given, or None
+    (off)."""
     if veto == MODEL_VETO:
         veto = model_veto(model)
+    if consensus == MODEL_VETO:
+        consensus = model.annotator.consensus
     pool = model.caption_pool if pool is None else pool
     if features is None:
         veto = None
-    if veto is None:
-        caps = pool.best(emb, k)
-        out = [Annotation(c) for c in caps]
+    n = k if veto is None else max(k, veto.rule.candidates)
+    if consensus is None:
+        cand = pool.best(emb, n)
     else:
-        cand = pool.best(emb, max(k, veto.rule.candidates))
+        from vsekit.runtime.consensus import best_captions
+
+        cand = best_captions(pool, emb, n, consensus)
+    if veto is None:
+        out = [Annotation(list(c[:k])) for c in cand]
+    else:
         probs = veto.class_probs(features)
         out = [Annotation([(x.text, x.score) for x in rr.kept], demoted=rr.demoted,
                           floor=veto.rule.floor)

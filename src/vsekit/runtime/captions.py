@@ -250,8 +250,27 @@ class CaptionPool:
         return self._penalty
 
     def best(self, img_emb: np.ndarray, k: int = 5) -> list[list[tuple[str, float]]]:
+        """Each image's ``k`` best captions, ``(caption, score)``, best first."""
         if not self.captions:
             return [[] for _ in range(len(np.atleast_2d(img_emb)))]
+        scores, rows = self.best_rows(img_emb, k)
+        return [
+            [(self.captions[r], float(s)) for s, r in zip(sr, rr, strict=True)]
+            for sr, rr in zip(scores, rows, strict=True)
+        ]
+
+    def vectors(self, rows: np.ndarray) -> np.ndarray:
+        """``[..., D]`` float32: the embeddings of pool rows ``rows`` (any shape), rebuilt
+        from the compact form when the bundle ships it (as :meth:`best` scores them)."""
+        rows = np.asarray(rows)
+        flat = rows.reshape(-1)
+        c = self.compact
+        out = c.rows(flat) if c is not None else np.asarray(self.embeddings[flat], np.float32)
+        return out.reshape(*rows.shape, out.shape[-1])
+
+    def best_rows(self, img_emb: np.ndarray, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
+        """``([N, k] scores, [N, k] pool rows)`` of each image's best captions, best
+        first (``k`` at most the pool's size)."""
         q = np.atleast_2d(np.asarray(img_emb, np.float32))
         c = self.compact
         if c is not None:  # cosine only: scored in the compact form's reduced space
@@ -267,10 +286,7 @@ class CaptionPool:
             scores, rows = exact_search(
                 self.embeddings, q, k, score_fn=lambda c, i: self.model.similarity(i, c)
             )
-        return [
-            [(self.captions[r], float(s)) for s, r in zip(sr, rr, strict=True)]
-            for sr, rr in zip(scores, rows, strict=True)
-        ]
+        return scores, rows
 
 
 def _compact_penalty(c: CompactPool, hub) -> np.ndarray:

@@ -15,8 +15,8 @@ The protocol and the rule, fixed before anything was measured:
    refitted members take the twins' share, which is written into the recipe by hand.
 3. **The candidate bundle** (``--assemble OUT``): ``vse model build`` of the recipe, the
    vocabulary expansion (``vse model expand-vocab --top 60000``, as the default's), the
-   shipped default's ImageNet and colour evidence files and settings (they depend on the
-   backbone, which is the same), and the ONNX graphs as a wheel build writes them
+   shipped default's evidence files and settings (the recipe's ``evidence``: they depend
+   on the backbone, which is the same), and the ONNX graphs as a wheel build writes them
    (:func:`vsekit.graphs.default.write_default_encoders`). No relevance cue: it ranks
    nothing.
 4. **Rule** (the issue's): the candidate replaces the default only when both its dev rsum
@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -53,8 +52,6 @@ from ensembles import GRID, combine, metrics  # noqa: E402
 
 RECIPE = ROOT / "configs" / "candidate-mpnet.yaml"
 CANDIDATE = Path("~/.cache/vsekit/runs/candidate-mpnet/bundle")
-#: files of the shipped default that the candidate takes as they are
-EVIDENCE_FILES = ("evidence.json", "imagenet_head.safetensors", "imagenet_wordnet.json")
 
 
 def _json(recipe_path: Path) -> Path:
@@ -112,12 +109,14 @@ def choose(recipe_path: Path = RECIPE) -> dict:
 
 def assemble(out: Path, recipe_path: Path = RECIPE) -> None:
     """Step 3: the candidate bundle at ``out``."""
-    from vsekit.bundle import default_model_dir, write_manifest
+    from vsekit.bundle import write_manifest
     from vsekit.graphs.default import write_default_encoders
     from vsekit.lab.build import build
 
     chosen = json.loads(_json(recipe_path).read_text())["chosen_gru_share"]
     recipe = _recipe(recipe_path)
+    if recipe.evidence is None:
+        sys.exit(f"{recipe_path}: no evidence section (the shipped default's evidence)")
     gru = [m.weight for m in recipe.members if m.name.startswith("gru")]
     share = sum(gru) / sum(m.weight for m in recipe.members)
     if abs(share - chosen) > 1e-6:
@@ -125,9 +124,6 @@ def assemble(out: Path, recipe_path: Path = RECIPE) -> None:
     build(recipe, out, ROOT)
     vse = str(Path(sys.executable).with_name("vse"))
     subprocess.run([vse, "model", "expand-vocab", str(out), "--top", "60000"], check=True)
-    shipped = default_model_dir()
-    for name in EVIDENCE_FILES:
-        shutil.copyfile(shipped / name, out / name)
     write_manifest(out)
     write_default_encoders(out)
     print("assembled", out, flush=True)

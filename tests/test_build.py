@@ -232,3 +232,54 @@ def test_build_train_never_overwrites_or_reuses_a_run_it_did_not_make(tmp_path):
     (other / DONE).write_text('{"config": "c.yaml", "refit": false, "set": []}\n')
     with pytest.raises(ConfigError, match=r"member: trained by another train section"):
         train_missing(recipe, tmp_path)
+
+
+def test_the_recipes_evidence_comes_with_its_files_checked(tmp_path):
+    """`evidence: {bundle: DIR}` copies DIR's evidence.json and the files it records; a
+    missing file, one with other bytes, or a bad setting stops the build, naming it."""
+    import json
+    import shutil
+
+    from vsekit.bundle import bundle_dir
+    from vsekit.evidence import load_sources
+    from vsekit.evidence.veto import AnnotationVeto
+    from vsekit.fsio import file_sha256
+
+    shipped = bundle_dir("default")
+    recipe = write(tmp_path, members=members(tmp_path), evidence={"bundle": str(shipped)})
+    out = build(load_recipe(recipe), tmp_path / "built", tmp_path)
+    assert json.loads((out / "evidence.json").read_text()) == json.loads(
+        (shipped / "evidence.json").read_text())  # fmt: skip
+    for name in ("imagenet_wordnet.json", "imagenet_head.safetensors"):
+        assert file_sha256(out / name) == file_sha256(shipped / name)
+    enabled = {s.name for s in load_sources(out)}
+    assert enabled == {s.name for s in load_sources(shipped)} and "colour" in enabled
+    assert AnnotationVeto.from_bundle(out).rule == AnnotationVeto.from_bundle(shipped).rule
+
+    src = tmp_path / "ev"
+    src.mkdir()
+    cfg = json.loads((shipped / "evidence.json").read_text())
+    (src / "evidence.json").write_text(json.dumps(cfg))
+    recipe = write(tmp_path, members=members(tmp_path), evidence={"bundle": "ev"})
+    with pytest.raises(ConfigError, match=r"evidence\.bundle: .*imagenet names imagenet_"):
+        build(load_recipe(recipe), tmp_path / "b1", tmp_path)
+    for name in ("imagenet_wordnet.json", "imagenet_head.safetensors"):
+        shutil.copyfile(shipped / name, src / name)
+    (src / "imagenet_head.safetensors").write_bytes(b"other bytes")
+    with pytest.raises(ConfigError, match=r"imagenet_head\.safetensors has sha256 .* not the"):
+        build(load_recipe(recipe), tmp_path / "b2", tmp_path)
+    shutil.copyfile(shipped / "imagenet_head.safetensors", src / "imagenet_head.safetensors")
+    cfg["consensus"]["weight"] = "much"
+    (src / "evidence.json").write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError, match=r"evidence\.bundle: .*consensus\.weight"):
+        build(load_recipe(recipe), tmp_path / "b3", tmp_path)
+    empty = write(tmp_path, members=members(tmp_path), evidence={"bundle": "nowhere"})
+    with pytest.raises(ConfigError, match=r"evidence\.bundle: .*evidence\.json: missing"):
+        build(load_recipe(empty), tmp_path / "b4", tmp_path)
+    assert not any((tmp_path / f"b{k}").exists() for k in range(1, 5))  # nothing half-built
+
+
+def test_the_shipped_recipes_evidence_is_the_shipped_bundles():
+    recipe = load_recipe(ROOT / "configs" / "default-model.yaml")
+    assert recipe.evidence is not None
+    assert (ROOT / recipe.evidence.bundle).resolve() == VSEModel.load("default").path.resolve()

@@ -2,8 +2,11 @@
 
 A recipe (``configs/default-model.yaml``) names the bundle's version, its members (training
 runs or single-model bundles, each pinned by its weights' sha256, with its share of the
-similarity), the crops it indexes with, the caption pool, the tagger and the hubness
-settings. ``vse model build RECIPE OUT`` joins them; nothing is read from ``benchmarks/``.
+similarity), the crops it indexes with, the caption pool, the tagger, the hubness
+settings and the evidence (``evidence.json``: the knowledge sources of
+:mod:`vsekit.evidence` and the annotation settings, as the benchmarks' slice sweeps
+chose them, with the files they name). ``vse model build RECIPE OUT`` joins them;
+nothing is read from ``benchmarks/``.
 The vocabulary expansion and the ONNX graphs are made afterwards, as for any bundle
 (``vse model expand-vocab``, ``vse model onnx``; for the shipped one, the expansion is
 tracked and ``scripts/onnx_default`` writes the graphs without PyTorch). The recipe is a
@@ -86,6 +89,16 @@ class HubnessRecipe:
 
 
 @dataclass(kw_only=True)
+class EvidenceRecipe:
+    """Where the bundle's evidence comes from: the ``evidence.json`` of the bundle at
+    ``bundle`` (whose settings the slice sweeps of ``benchmarks/`` write: the ImageNet
+    classes, colour, object counts, the annotation veto and consensus) and the files it
+    names, each checked against the sha256 it records."""
+
+    bundle: str
+
+
+@dataclass(kw_only=True)
 class Recipe:
     name: str  # the version, e.g. default-2026.11
     released: str  # date
@@ -94,6 +107,7 @@ class Recipe:
     captions: Captions | None = None
     tagger: Tagger | None = None
     hubness: HubnessRecipe | None = None
+    evidence: EvidenceRecipe | None = None
     notes: str = ""
 
 
@@ -264,6 +278,8 @@ def build(recipe: Recipe, out: str | Path, root: str | Path = ".") -> Path:
             _add_hubness(tmp, recipe.hubness, root, recipe.crops)
         if captions:  # the pool a first `vse annotate` reads, with the hubness penalties
             write_pool(VSEModel.load(tmp, device="cpu"), tmp, "the bundle's text encoder (PyTorch)")
+        if recipe.evidence is not None:
+            _add_evidence(tmp, _path(root, recipe.evidence.bundle))
         old = out.with_name(f".{out.name}.old")
         if out.exists():
             shutil.rmtree(old, ignore_errors=True)
@@ -273,6 +289,42 @@ def build(recipe: Recipe, out: str | Path, root: str | Path = ".") -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def _add_evidence(bundle: Path, source: Path) -> None:
+    """``source``'s ``evidence.json`` and the files its entries record by sha256, into
+    ``bundle``; ConfigError naming the file that is missing or not the one recorded, and
+    the bundle's own checks (every source, the veto and consensus settings) must pass."""
+    from vsekit.bundle import ModelError
+    from vsekit.evidence import EVIDENCE_FILE, load_sources, read_evidence_config
+    from vsekit.evidence.veto import AnnotationVeto
+    from vsekit.fsio import atomic_write, file_sha256
+    from vsekit.runtime.consensus import ConsensusRule
+
+    where = f"evidence.bundle: {source / EVIDENCE_FILE}"
+    try:
+        cfg = read_evidence_config(source)
+    except ModelError as e:
+        raise ConfigError(f"evidence.bundle: {e}") from e
+    if not cfg:
+        raise ConfigError(f"{where}: missing")
+    for name, entry in cfg.items():
+        files = entry.get("sha256", {}) if isinstance(entry, dict) else {}
+        for fname, sha in files.items():
+            f = source / fname
+            if not f.is_file():
+                raise ConfigError(f"{where}: {name} names {fname}, which is missing there")
+            got = file_sha256(f)
+            if got != sha:
+                raise ConfigError(f"{where}: {f} has sha256 {got}, not the recorded {sha}")
+            shutil.copyfile(f, bundle / fname)
+    atomic_write(bundle / EVIDENCE_FILE, json.dumps(cfg, indent=2) + "\n")
+    try:  # the settings as a search, the veto and annotation will read them
+        load_sources(bundle, enabled_only=False)
+        AnnotationVeto.from_bundle(bundle, enabled_only=False)
+        ConsensusRule.from_bundle(bundle, enabled_only=False)
+    except ModelError as e:
+        raise ConfigError(f"{where}: {e}") from e
 
 
 def _add_hubness(bundle: Path, h: HubnessRecipe, root: Path, crops: int | None) -> None:

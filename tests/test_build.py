@@ -250,11 +250,12 @@ def test_the_recipes_evidence_comes_with_its_files_checked(tmp_path):
     out = build(load_recipe(recipe), tmp_path / "built", tmp_path)
     assert json.loads((out / "evidence.json").read_text()) == json.loads(
         (shipped / "evidence.json").read_text())  # fmt: skip
-    for name in ("imagenet_wordnet.json", "imagenet_head.safetensors"):
+    for name in ("imagenet_wordnet.json", "imagenet_head.safetensors", "imagenet_not_nouns.json"):
         assert file_sha256(out / name) == file_sha256(shipped / name)
     enabled = {s.name for s in load_sources(out)}
     assert enabled == {s.name for s in load_sources(shipped)} and "colour" in enabled
-    assert AnnotationVeto.from_bundle(out).rule == AnnotationVeto.from_bundle(shipped).rule
+    veto, shipped_veto = AnnotationVeto.from_bundle(out), AnnotationVeto.from_bundle(shipped)
+    assert veto.rule == shipped_veto.rule and veto.not_nouns == shipped_veto.not_nouns
 
     src = tmp_path / "ev"
     src.mkdir()
@@ -263,7 +264,7 @@ def test_the_recipes_evidence_comes_with_its_files_checked(tmp_path):
     recipe = write(tmp_path, members=members(tmp_path), evidence={"bundle": "ev"})
     with pytest.raises(ConfigError, match=r"evidence\.bundle: .*imagenet names imagenet_"):
         build(load_recipe(recipe), tmp_path / "b1", tmp_path)
-    for name in ("imagenet_wordnet.json", "imagenet_head.safetensors"):
+    for name in ("imagenet_wordnet.json", "imagenet_head.safetensors", "imagenet_not_nouns.json"):
         shutil.copyfile(shipped / name, src / name)
     (src / "imagenet_head.safetensors").write_bytes(b"other bytes")
     with pytest.raises(ConfigError, match=r"imagenet_head\.safetensors has sha256 .* not the"):

@@ -10,7 +10,12 @@ plurals to their lemma) whose common senses reach ImageNet classes and cover at 
 no class for a man, a woman or a child, only three for people doing something
 (:data:`PERSON_WNIDS`), and a noun any of whose common senses names only those is left
 alone ("player", "person"). Nouns with no class ("cow", "grass", "beach") are left alone
-too: the classifier cannot speak for them.
+too: the classifier cannot speak for them. For the shipped pool's captions, a word that a
+part-of-speech tagger read as an adjective or a verb there is not a noun ("an orange
+vest", "a small white dog", "another one watches"): ``evidence.json``'s
+``imagenet.not_nouns`` names that file (:data:`NOT_NOUNS_KEY`, made by
+``scripts/build_not_nouns.py``; the tagger is not needed at run time). Other texts are read
+as before.
 
 A noun's *mass* on a photo is the probability the photo's 1,000-way softmax puts on the
 noun's classes ("dog": the 118 dog classes). The rule (:func:`adjust_scores`), with the
@@ -43,6 +48,9 @@ from vsekit.evidence.imagenet import ImageNetClasses
 PERSON_WNIDS = frozenset({"n09835506", "n10148035", "n10565667"})
 #: nouns remembered per text (a pool's candidates repeat across photos)
 NOUN_CACHE = 65536
+#: ``evidence.json``'s ``imagenet`` key naming the file of the pool's words that are not
+#: nouns there: ``{"phrases": {caption: [phrase, ...]}, ...}``
+NOT_NOUNS_KEY = "not_nouns"
 
 
 @dataclass(frozen=True)
@@ -137,9 +145,16 @@ class Reranked:
 class AnnotationVeto:
     """The veto of one bundle: its ``imagenet`` source and its :class:`VetoRule`."""
 
-    def __init__(self, source: ImageNetClasses, rule: VetoRule):
+    def __init__(
+        self,
+        source: ImageNetClasses,
+        rule: VetoRule,
+        not_nouns: Mapping[str, Sequence[str]] | None = None,
+    ):
         self.source = source
         self.rule = rule
+        #: caption -> the class words a tagger read as adjectives or verbs in it
+        self.not_nouns = {t: frozenset(p) for t, p in (not_nouns or {}).items()}
         classes = source.wordnet.classes
         self._person = frozenset(i for i, (w, _) in enumerate(classes) if w in PERSON_WNIDS)
         self._nouns: dict[str, tuple[tuple[str, np.ndarray], ...]] = {}
@@ -162,7 +177,7 @@ class AnnotationVeto:
         if enabled_only and not rule.enabled:
             return None
         src = ImageNetClasses.from_bundle(Path(bundle), cfg)
-        return None if src is None else cls(src, rule)
+        return None if src is None else cls(src, rule, read_not_nouns(Path(bundle), cfg))
 
     # -- nouns ---------------------------------------------------------------------
     def nouns(self, text: str) -> tuple[tuple[str, np.ndarray], ...]:
@@ -171,7 +186,10 @@ class AnnotationVeto:
         if got is not None:
             return got
         out = []
+        skip = self.not_nouns.get(text, frozenset())
         for phrase, senses in self.source.wordnet.phrases(text):
+            if phrase in skip:
+                continue  # an adjective or a verb in this caption
             common = [s for s in senses if s.common]
             if not common or any(set(s.classes) <= self._person for s in common):
                 continue  # a rare sense, or a person: ImageNet cannot speak for people
@@ -244,3 +262,30 @@ class AnnotationVeto:
             elif not bad and len(kept) < k:
                 kept.append((t, s))
         return kept, dropped
+
+
+def read_not_nouns(bundle: Path, cfg: Mapping) -> dict[str, list[str]]:
+    """The ``phrases`` of the file ``cfg`` (``evidence.json``'s ``imagenet`` entry) names
+    under :data:`NOT_NOUNS_KEY` ({} when it names none); ModelError when the file is
+    missing, unreadable or not the one its sha256 records."""
+    import json
+
+    from vsekit.bundle import ModelError
+    from vsekit.fsio import file_sha256
+
+    name = cfg.get(NOT_NOUNS_KEY)
+    if not name:
+        return {}
+    path = Path(bundle) / name
+    want = (cfg.get("sha256") or {}).get(name)
+    try:
+        got = file_sha256(path)
+        if got != want:
+            raise ValueError(f"sha256 {got[:12]}… is not the one recorded in evidence.json")
+        data = json.loads(path.read_text())
+        phrases = data.get("phrases") if isinstance(data, dict) else None
+        if not isinstance(phrases, dict):
+            raise ValueError("no 'phrases' object")
+    except (OSError, ValueError) as e:
+        raise ModelError(f"{path}: {e}; reinstall vsekit or rebuild it") from e
+    return phrases

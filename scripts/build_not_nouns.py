@@ -17,7 +17,8 @@ Nouns the tagger calls compounds are left alone: on these captions it also reads
 after a noun as nouns ("a dog leaps"), so "the first of two nouns" would spare real dogs.
 
 Writes ``imagenet_not_nouns.json`` into the bundle (``{"tagger", "rule", "captions_sha256",
-"phrases": {caption: [phrase, ...]}}``, captions with none left out) and records it, with
+"mapping_sha256", "phrases": {caption: [phrase, ...]}}``, captions with none left out; the
+veto refuses it with another ``imagenet_wordnet.json``) and records it, with
 its sha256, in the bundle's ``evidence.json`` (``imagenet.not_nouns``); the other entries
 stay as they are. Deterministic: the same pool and tagger give the same bytes.
 
@@ -97,7 +98,8 @@ def main() -> None:
             "rule": (f"every occurrence's last word tagged {' or '.join(NOT_NOUN_TAGS)}, in "
                      f"a phrase so read in at least {MIN_SHARE} of the (at least "
                      f"{MIN_CAPTIONS}) pool captions naming it"),
-            "captions_sha256": captions_key(pool), "phrases": table}  # fmt: skip
+            "captions_sha256": captions_key(pool), "phrases": table,
+            "mapping_sha256": cfg["imagenet"]["sha256"][cfg["imagenet"]["mapping"]]}  # fmt: skip
     atomic_write(bundle / FILE, json.dumps(meta, indent=1, sort_keys=True) + "\n")
     entry = cfg["imagenet"]
     entry[NOT_NOUNS_KEY] = FILE

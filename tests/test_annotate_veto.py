@@ -262,6 +262,29 @@ def test_the_not_nouns_file_is_checked_against_its_sha256(tmp_path):
     with pytest.raises(ModelError, match=r"nn\.json: .*No such file"):
         AnnotationVeto.from_bundle(bundle)
 
+    def rewrite(body: dict, record: bool = True) -> None:
+        (bundle / "nn.json").write_text(json.dumps(body))
+        cfg["imagenet"]["sha256"].pop("nn.json", None)
+        if record:
+            cfg["imagenet"]["sha256"]["nn.json"] = file_sha256(bundle / "nn.json")
+        (bundle / "evidence.json").write_text(json.dumps(cfg))
+
+    rewrite({"phrases": {}}, record=False)
+    with pytest.raises(ModelError, match=r"nn\.json: no sha256 is recorded"):
+        AnnotationVeto.from_bundle(bundle)
+    rewrite({"phrases": {"a dog": "dog"}})  # a string, not a list of phrases
+    with pytest.raises(ModelError, match=r"nn\.json: 'phrases' is not an object of lists"):
+        AnnotationVeto.from_bundle(bundle)
+    rewrite({"phrases": {}, "mapping_sha256": "0" * 64})
+    with pytest.raises(ModelError, match=r"made for another imagenet_wordnet\.json"):
+        AnnotationVeto.from_bundle(bundle)
+    rewrite({"phrases": {}, "mapping_sha256": cfg["imagenet"]["sha256"]["imagenet_wordnet.json"]})
+    assert AnnotationVeto.from_bundle(bundle).not_nouns == {}
+    cfg["imagenet"]["not_nouns"] = "../nn.json"
+    (bundle / "evidence.json").write_text(json.dumps(cfg))
+    with pytest.raises(ModelError, match=r"evidence\.json: imagenet\.not_nouns: a file name"):
+        AnnotationVeto.from_bundle(bundle)
+
 
 def test_the_builder_skips_adjectives_and_verbs_by_the_pools_share(shipped, monkeypatch):
     """scripts/build_not_nouns.py's rule with the real tagger: a phrase read as an

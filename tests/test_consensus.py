@@ -32,10 +32,10 @@ def test_agreement_is_the_mean_cosine_with_the_best_others():
         top = min(m, 7)
         ref = [[np.mean([u[b, j] @ u[b, x] for x in range(top) if x != j]) for j in range(7)]
                for b in range(3)]  # fmt: skip
-        np.testing.assert_allclose(agreement(v, m), ref, atol=1e-12)
+        np.testing.assert_allclose(agreement(v, m), ref, atol=1e-6)  # float32
     rule = ConsensusRule(weight=0.3, neighbours=4)
     s = rng.normal(size=(3, 7))
-    np.testing.assert_allclose(rescore(s, v, rule), s + 0.3 * agreement(v, 4))
+    np.testing.assert_allclose(rescore(s, v, rule), s + 0.3 * agreement(v, 4), atol=1e-12)
     with pytest.raises(ValueError, match="shape"):
         agreement(v[:, :1], 4)
 
@@ -49,9 +49,15 @@ def test_settings_are_checked_by_name():
                        ({"neighbours": 1}, "neighbours"), ({"neighbours": 2.5}, "neighbours"),
                        ({"candidates": 0}, "candidates"), ({"enabled": "yes"}, "enabled"),
                        ({"weight": float("inf")}, "weight"),
-                       ({"neighbours": 60, "candidates": 50}, "neighbours")):  # fmt: skip
-        with pytest.raises(ValueError, match=f"consensus.{field}"):
+                       ({"candidates": 5}, "candidates"),  # fewer than the 10 neighbours
+                       ({"neighbors": 20}, r": unknown field\(s\) \['neighbors'\]")):  # fmt: skip
+        with pytest.raises(ValueError, match=f"consensus.?{field}"):
             ConsensusRule.from_config(bad)
+    for kw in ({"neighbours": 0}, {"neighbours": 1}, {"weight": float("nan")},
+               {"neighbours": 20, "candidates": 10}):  # fmt: skip
+        with pytest.raises(ValueError):  # built directly, checked as well
+            ConsensusRule(**kw)
+    assert ConsensusRule.from_config({"weight": 0.1, "chosen_on": "slice"}).weight == 0.1
 
 
 def consensus_bundle(tmp_path: Path, rule: dict) -> Path:
@@ -138,3 +144,76 @@ def test_selection_needs_recall_and_true_nouns_kept_and_the_bar():
     assert none["best"] is None and not none["enabled"]
     tie = choose(BASE, [_row(25.0, 50.0, 80.0, weight=0.5), _row(25.0, 50.0, 80.0, weight=0.2)])
     assert tie["best"]["setting"]["weight"] == 0.2
+
+
+def test_consensus_and_the_veto_together_and_small_pools(tmp_path):
+    """With both on, the veto re-ranks consensus's order (its scores are consensus's);
+    a pool smaller than k, or of one caption, or no photos at all, are no errors."""
+    import vsekit
+    from tests.test_annotate_veto import DOGGY, RULE, veto_bundle
+    from vsekit.runtime.annotator import annotate_arrays
+
+    bundle = veto_bundle(tmp_path)
+    cfg = json.loads((bundle / "evidence.json").read_text())
+    cfg["consensus"] = {"weight": 1.0, "neighbours": 3, "candidates": 8, "enabled": True}
+    (bundle / "evidence.json").write_text(json.dumps(cfg))
+    photo = str(write_image(tmp_path / "p.jpg", seed=3))
+    m = vsekit.load_model(str(bundle), backend="torch")
+    rule = m.annotator.consensus
+    assert rule is not None and m.annotation_veto is not None and RULE["demote"] == 1.0
+    emb, feats = m.embed_with_features([photo])
+    a = annotate_arrays(m, emb, feats, k=8)[0]
+    cons = best_captions(m.caption_pool, emb, 8, rule)[0]
+    want = sorted(cons, key=lambda c: -(c[1] - (1.0 if c[0] in DOGGY else 0.0)))
+    assert [c for c, _ in a.captions] == [c for c, _ in want]
+    assert {v.text for v in a.demoted} <= DOGGY
+    # small pools and no photos
+    one = best_captions(m.caption_pool, emb, 20, rule)[0]
+    assert len(one) == len(dict.fromkeys(m.caption_pool.captions))  # k past the pool
+    assert best_captions(m.caption_pool, emb[:0], 3, rule) == []
+
+
+def test_pool_rows_and_vectors_reproduce_the_compact_pools_scores():
+    """The default's compact pool: the vectors of best_rows' rows, scored against the
+    query less each caption's hubness penalty, give best_rows' scores."""
+    import vsekit
+
+    m = vsekit.load_model("default")
+    pool = m.caption_pool
+    assert pool.compact is not None
+    q = m.encode_text(["a dog runs on the beach", "two children play in the snow"])
+    scores, rows = pool.best_rows(q, 7)
+    vec = pool.vectors(rows)
+    assert vec.shape == (2, 7, m.embed_dim)
+    pen = pool._hub_penalty()
+    pen = np.zeros(len(pool.captions)) if pen is None else pen
+    again = np.einsum("bnd,bd->bn", vec, q) - pen[rows]
+    np.testing.assert_allclose(again, scores, atol=1e-4)
+    assert [[c for c, _ in r] for r in pool.best(q, 7)] == [
+        [pool.captions[j] for j in r] for r in rows]  # fmt: skip
+
+
+def test_the_service_names_a_bad_consensus_setting(tmp_path, monkeypatch):
+    from fastapi.testclient import TestClient
+
+    import vsekit
+    from vsekit.index import Collection, model_info
+    from vsekit.serve.app import create_app
+
+    monkeypatch.setenv("VSEKIT_CACHE", str(tmp_path / "cache"))
+    bundle = consensus_bundle(tmp_path, {"weight": 0.5, "neighbours": 3, "candidates": 8,
+                                         "enabled": True})  # fmt: skip
+    photos = tmp_path / "photos"
+    write_image(photos / "0.jpg", seed=3)
+    m = vsekit.load_model(str(bundle), backend="torch")
+    coll = Collection(tmp_path / "idx", model_info(m, "tiny"))
+    coll.update(photos, m.encode_image, progress=False)
+    c = TestClient(create_app(coll, m), base_url="http://127.0.0.1")
+    r = c.get("/annotate/1", params={"k": 3})
+    assert r.status_code == 200, r.text
+    want = best_captions(m.caption_pool, coll.embedding_of(1), 3, m.annotator.consensus)[0]
+    assert [x["text"] for x in r.json()["captions"]] == [t for t, _ in want]
+    (bundle / "evidence.json").write_text(json.dumps({"consensus": {"weight": "much"}}))
+    m2 = vsekit.load_model(str(bundle), backend="torch")
+    r = TestClient(create_app(coll, m2), base_url="http://127.0.0.1").get("/annotate/1")
+    assert r.status_code == 500 and "evidence.json: consensus.weight" in r.text, r.text

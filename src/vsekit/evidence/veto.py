@@ -267,7 +267,8 @@ class AnnotationVeto:
 def read_not_nouns(bundle: Path, cfg: Mapping) -> dict[str, list[str]]:
     """The ``phrases`` of the file ``cfg`` (``evidence.json``'s ``imagenet`` entry) names
     under :data:`NOT_NOUNS_KEY` ({} when it names none); ModelError when the file is
-    missing, unreadable or not the one its sha256 records."""
+    missing, unreadable, not the one its sha256 records, malformed, or made for another
+    mapping than the bundle's."""
     import json
 
     from vsekit.bundle import ModelError
@@ -276,16 +277,30 @@ def read_not_nouns(bundle: Path, cfg: Mapping) -> dict[str, list[str]]:
     name = cfg.get(NOT_NOUNS_KEY)
     if not name:
         return {}
+    shas = cfg.get("sha256") or {}
+    if not isinstance(name, str) or "/" in name or "\\" in name or not isinstance(shas, dict):
+        raise ModelError(f"{Path(bundle) / 'evidence.json'}: imagenet.{NOT_NOUNS_KEY}: a file "
+                         f"name with its sha256 recorded, not {name!r}")  # fmt: skip
     path = Path(bundle) / name
-    want = (cfg.get("sha256") or {}).get(name)
     try:
+        want = shas.get(name)
+        if want is None:
+            raise ValueError("no sha256 is recorded for it in evidence.json")
         got = file_sha256(path)
         if got != want:
             raise ValueError(f"sha256 {got[:12]}… is not the one recorded in evidence.json")
         data = json.loads(path.read_text())
         phrases = data.get("phrases") if isinstance(data, dict) else None
-        if not isinstance(phrases, dict):
-            raise ValueError("no 'phrases' object")
+        ok = isinstance(phrases, dict) and all(
+            isinstance(v, list) and all(isinstance(p, str) for p in v) for v in phrases.values()
+        )
+        if not ok:
+            raise ValueError("'phrases' is not an object of lists of phrases")
+        made_for = data.get("mapping_sha256")
+        mapping = cfg.get("mapping")
+        if made_for is not None and made_for != shas.get(mapping):
+            raise ValueError(f"made for another {mapping} than this bundle's; "
+                             "run scripts/build_not_nouns.py again")  # fmt: skip
     except (OSError, ValueError) as e:
         raise ModelError(f"{path}: {e}; reinstall vsekit or rebuild it") from e
     return phrases

@@ -310,14 +310,18 @@ def _add_evidence(bundle: Path, source: Path) -> None:
         raise ConfigError(f"{where}: missing")
     for name, entry in cfg.items():
         files = entry.get("sha256", {}) if isinstance(entry, dict) else {}
+        if not isinstance(files, dict):
+            raise ConfigError(f"{where}: {name}.sha256: an object of file names, not {files!r}")
         for fname, sha in files.items():
+            if Path(fname).name != fname or fname in ("", ".", ".."):
+                raise ConfigError(f"{where}: {name}.sha256: {fname!r} is not a file name")
             f = source / fname
             if not f.is_file():
                 raise ConfigError(f"{where}: {name} names {fname}, which is missing there")
-            got = file_sha256(f)
+            shutil.copyfile(f, bundle / fname)
+            got = file_sha256(bundle / fname)  # the copy is what the bundle holds
             if got != sha:
                 raise ConfigError(f"{where}: {f} has sha256 {got}, not the recorded {sha}")
-            shutil.copyfile(f, bundle / fname)
     atomic_write(bundle / EVIDENCE_FILE, json.dumps(cfg, indent=2) + "\n")
     try:  # the settings as a search, the veto and annotation will read them
         load_sources(bundle, enabled_only=False)

@@ -1,6 +1,6 @@
 """``POST /annotate`` (an uploaded image) and ``GET /annotate/{id}`` (an indexed one):
 the best captions of the model's pool, and tags when it has a tagger, under the model's
-annotation veto when it has one on."""
+consensus re-ranking and annotation veto when it has them on."""
 
 from __future__ import annotations
 
@@ -27,11 +27,21 @@ def _veto(svc: Service):
         raise ApiError(500, f"annotation veto: {e}") from e
 
 
+def _consensus(svc: Service):
+    """The model's consensus re-ranking, or None; a bad setting is a 500 naming its file
+    and field."""
+    try:
+        return svc.model.annotator.consensus
+    except ModelError as e:
+        raise ApiError(500, f"annotation consensus: {e}") from e
+
+
 def annotation(svc: Service, emb, k: int, feats=None) -> dict:
     """Captions and tags (:func:`vsekit.runtime.annotator.annotate_arrays`); with the
     model's annotation veto on, also what it left out and why."""
     a = annotate_arrays(svc.model, emb, k=k, features=feats, n_tags=10,
-                        pool=svc.caption_pool(), veto=_veto(svc))[0]  # fmt: skip
+                        pool=svc.caption_pool(), veto=_veto(svc),
+                        consensus=_consensus(svc))[0]  # fmt: skip
     return a.as_dict(digits=6)
 
 

@@ -106,3 +106,21 @@ def hubness_bundle(tmp_path: Path, n_photos: int = 6):
     write_hubness(bundle, HubnessConfig(beta=1.0, k_text=2, k_image=2, caption_stride=1),
                   bank[::-1], {})  # fmt: skip
     return bundle, photos
+
+
+def one_photo_service(tmp_path: Path, bundle: Path):
+    """``(TestClient, model, collection)``: the service over an index of one photo
+    (``tmp_path/photos/0.jpg``) with the model at ``bundle`` (PyTorch backend); set
+    ``VSEKIT_CACHE`` first."""
+    from fastapi.testclient import TestClient
+
+    import vsekit
+    from vsekit.index import Collection, model_info
+    from vsekit.serve.app import create_app
+
+    photos = tmp_path / "photos"
+    write_image(photos / "0.jpg", seed=3)
+    m = vsekit.load_model(str(bundle), backend="torch")
+    coll = Collection(tmp_path / "idx", model_info(m, "tiny"))
+    coll.update(photos, m.encode_image, progress=False)
+    return TestClient(create_app(coll, m), base_url="http://127.0.0.1"), m, coll

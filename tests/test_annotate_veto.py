@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import make_tiny_model, write_image
+from tests.conftest import make_tiny_model, one_photo_service, write_image
 from vsekit.bundle import ModelError, bundle_dir
 from vsekit.evidence import load_sources
 from vsekit.evidence.veto import AnnotationVeto, VetoRule, adjust_scores
@@ -160,20 +160,9 @@ def test_cli_json_lists_the_vetoed_captions_with_their_reason(tmp_path, capsys):
 
 
 def test_the_service_annotates_under_the_veto(tmp_path, monkeypatch):
-    from fastapi.testclient import TestClient
-
-    import vsekit
-    from vsekit.index import Collection, model_info
-    from vsekit.serve.app import create_app
-
     monkeypatch.setenv("VSEKIT_CACHE", str(tmp_path / "cache"))
-    bundle = veto_bundle(tmp_path)
+    c, _, _ = one_photo_service(tmp_path, veto_bundle(tmp_path))
     photos = tmp_path / "photos"
-    write_image(photos / "0.jpg", seed=3)
-    m = vsekit.load_model(str(bundle), backend="torch")
-    coll = Collection(tmp_path / "idx", model_info(m, "tiny"))
-    coll.update(photos, m.encode_image, progress=False)
-    c = TestClient(create_app(coll, m), base_url="http://127.0.0.1")
     r = c.get("/annotate/1", params={"k": len(CAPTIONS) - len(DOGGY)})
     assert r.status_code == 200, r.text
     body = r.json()

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import make_tiny_model, write_image
+from tests.conftest import make_tiny_model, one_photo_service, write_image
 from vsekit.bundle import ModelError
 from vsekit.runtime.consensus import ConsensusRule, agreement, best_captions, rescore
 
@@ -197,18 +197,12 @@ def test_the_service_names_a_bad_consensus_setting(tmp_path, monkeypatch):
     from fastapi.testclient import TestClient
 
     import vsekit
-    from vsekit.index import Collection, model_info
     from vsekit.serve.app import create_app
 
     monkeypatch.setenv("VSEKIT_CACHE", str(tmp_path / "cache"))
     bundle = consensus_bundle(tmp_path, {"weight": 0.5, "neighbours": 3, "candidates": 8,
                                          "enabled": True})  # fmt: skip
-    photos = tmp_path / "photos"
-    write_image(photos / "0.jpg", seed=3)
-    m = vsekit.load_model(str(bundle), backend="torch")
-    coll = Collection(tmp_path / "idx", model_info(m, "tiny"))
-    coll.update(photos, m.encode_image, progress=False)
-    c = TestClient(create_app(coll, m), base_url="http://127.0.0.1")
+    c, m, coll = one_photo_service(tmp_path, bundle)
     r = c.get("/annotate/1", params={"k": 3})
     assert r.status_code == 200, r.text
     want = best_captions(m.caption_pool, coll.embedding_of(1), 3, m.annotator.consensus)[0]

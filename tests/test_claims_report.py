@@ -95,8 +95,48 @@ def test_report_names_a_refutation_and_its_explanation(monkeypatch):
     )
     text = report.report(done)
     line = next(x for x in text.splitlines() if x.startswith("| SJE with Delta(II)"))
-    assert line.endswith("| 3 | refuted |")
+    assert line.endswith("| 3 | refuted | untested |")  # its explanation names no test
     assert "**SJE with Delta(II) beats Delta(I) at p@1: refuted.**" in text
+    assert "*Explanation: untested.*" in text
+
+
+def test_an_explanation_is_marked_by_the_verdicts_of_the_claims_that_test_it(monkeypatch):
+    """The explanation column: tested when every testing claim has a verdict, partly
+    when some have, pending when none has, untested without tests; "—" when it holds."""
+    from research import explanations
+
+    title, tests = (
+        "FNE targets beat pool5 targets (bag-of-words input, equal epochs)",
+        (
+            explanations.TESTED_BY[
+                "FNE targets beat pool5 targets (bag-of-words input, equal epochs)"
+            ]
+        ),
+    )
+    assert len(tests) == 2
+    status = report.explanation_status
+    run = {tests[0]: "confirmed", tests[1]: "refuted"}
+    assert status(title, "refuted", True, run) == "tested"
+    assert status(title, "refuted", True, {tests[0]: "confirmed"}) == "partly tested"
+    assert status(title, "refuted", True, {t: "not yet run" for t in tests}) == "test pending"
+    assert status(title, "confirmed", True, run) == "—"
+    assert status("SOE beats SH (FC7)", "refuted", True, run) == "untested"
+    assert status("SOE beats SH (FC7)", "refuted", False, run) == "not yet examined"
+    assert status("POE starts where MOE fails to", "refuted", True, run) == "from its runs"
+    assert f"{tests[0]} (confirmed); {tests[1]} (refuted)" == report.tested_by(title, run)
+
+
+def test_every_tested_by_entry_names_claims_of_the_report():
+    """TESTED_BY is keyed and filled by claim titles: a renamed claim would leave its
+    explanation silently untested, so every title must be one the report has."""
+    from research import explanations
+
+    titles = {r.title for r in report.claim_diffs({})}
+    titles |= {t for t, *_ in families.moe_verdicts({})}
+    for claim, tests in explanations.TESTED_BY.items():
+        assert claim in titles, claim
+        assert tests and set(tests) <= titles, (claim, set(tests) - titles)
+    assert set(explanations.FROM_RUNS) <= titles
 
 
 def _moe_cells(family: str, starts: dict[str, int]) -> dict[str, dict]:
@@ -232,7 +272,8 @@ def test_claims_show_the_papers_difference_and_the_stricter_t_test():
     )
     text = report.report(done)
     line = next(x for x in text.splitlines() if x.startswith("| SJE with Delta(II)"))
-    assert "| +0.7 |" in line and "+2.0 ± 0.6, t +3.5" in line and line.endswith("| confirmed |")
+    assert "| +0.7 |" in line and "+2.0 ± 0.6, t +3.5" in line
+    assert line.endswith("| confirmed | — |")
     lenient = next(x for x in text.splitlines() if x.startswith("Verdicts the declared 2-SE"))
     assert "SJE with Delta(II) beats Delta(I) at p@1 (confirmed, t +3.5)" in lenient
     # a wide margin is not listed

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from . import fair_report, families
+from .explanations import FROM_RUNS, TESTED_BY
 from .protocol import (
     CELLS,
     EPOCHS,
@@ -72,6 +73,32 @@ def _unprobed(cells: list[dict]) -> str:
     n = sum("order_stats" not in c for c in cells)
     return (f"{_runs(n)} not yet probed for the flat state (python benchmarks/research/claims.py "
             "--add-order-stats).") if n else ""  # fmt: skip
+
+
+def explanation_status(title: str, v: str, has_text: bool, verdicts: dict[str, str]) -> str:
+    """The claims table's explanation column: "—" for a claim that holds (or has no
+    verdict yet); for one that does not: "tested" when every claim that tests its
+    explanation (:data:`explanations.TESTED_BY`) has a verdict, "partly tested" when some
+    have, "test pending" when none has, "from its runs" (:data:`explanations.FROM_RUNS`),
+    "untested", or "not yet examined"."""
+    if v not in ("refuted", "inconclusive"):
+        return "—"
+    if not has_text:
+        return "not yet examined"
+    if title in FROM_RUNS:
+        return "from its runs"
+    tests = TESTED_BY.get(title)
+    if not tests:
+        return "untested"
+    run = sum(verdicts.get(t, "not yet run") != "not yet run" for t in tests)
+    return "tested" if run == len(tests) else "partly tested" if run else "test pending"
+
+
+def tested_by(title: str, verdicts: dict[str, str]) -> str:
+    """The prose's list of the claims that test ``title``'s explanation, with their
+    verdicts ("" when none does)."""
+    tests = TESTED_BY.get(title, ())
+    return "; ".join(f"{t} ({verdicts.get(t, 'not yet run')})" for t in tests)
 
 
 def poe_explanation(done: dict[str, dict]) -> str:
@@ -480,10 +507,16 @@ def report(done: dict[str, dict]) -> str:
               "Better - worse is the mean paired difference over seeds ± its standard error, "
               "and t their ratio; the paper's difference is its single run's (in its metric "
               "where that is not ours).", "",
+              "The explanation column says, for a claim that does not hold here, whether the "
+              "explanation given below is tested by other claims' cells (the claims are named "
+              "there), partly so, from the claim's own runs, or untested.", "",
               "| claim | paper | the paper's difference | compared | ours: better - worse "
-              "(mean ± se, t) | seeds | verdict |",
-              "|---|---|---|---|---|---|---|"]  # fmt: skip
+              "(mean ± se, t) | seeds | verdict | explanation |",
+              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     explained, results, lenient = [], claim_diffs(done), []
+    moe = families.moe_verdicts(done)
+    verdicts = {r.title: verdict(r.diffs)[0] for r in results}
+    verdicts.update({title: v for title, _, _, _, v in moe})
     for r in results:
         v, m, se = verdict(r.diffs)
         fig = "—"
@@ -491,20 +524,26 @@ def report(done: dict[str, dict]) -> str:
             fig = f"{m:+.1f} ± {se:.1f}" + (f", t {m / se:+.1f}" if se > 0 else "")
             if v in ("confirmed", "refuted") and abs(m) <= T975[len(r.diffs) - 1] * se:
                 lenient.append(f"{r.title} ({v}, t {m / se:+.1f})")
+        status = explanation_status(r.title, v, bool(r.explain), verdicts)
         lines.append(f"| {r.title} | {r.source} | {r.paper} | {r.metric} | {fig} | "
-                     f"{len(r.diffs)} | {v} |")  # fmt: skip
+                     f"{len(r.diffs)} | {v} | {status} |")  # fmt: skip
         if v in ("refuted", "inconclusive"):
-            explained.append(f"**{r.title}: {v}.** {r.explain or 'Not yet examined.'}")
-    for title, source, metric, fig, v in families.moe_verdicts(done):
+            by = tested_by(r.title, verdicts)
+            by = f"; tested by: {by}" if by else ""
+            explained.append(f"**{r.title}: {v}.** {r.explain or 'Not yet examined.'} "
+                             f"*Explanation: {status}{by}.*")  # fmt: skip
+    for title, source, metric, fig, v in moe:
         paper = ", ".join(f"{k} {n}/5" for k, n in families.MOE_PAPER.items())
         paper = paper if title.startswith("MOE") else "every curriculum run started"
         fam = "moe" if title.startswith("MOE") else "poe"
         runs = sum(c.get("family") == fam for c in done.values())  # of 5 seeds x 6 settings
+        why = poe_explanation(done) if title.startswith("POE") else ""
+        status = explanation_status(title, v, bool(why), verdicts)
         lines.append(f"| {title} | {source} | {paper} | {metric} | {fig} | "
-                     f"{runs} runs | {v} |")  # fmt: skip
+                     f"{runs} runs | {v} | {status} |")  # fmt: skip
         if v in ("refuted", "inconclusive"):
-            why = poe_explanation(done) if title.startswith("POE") else ""
-            explained.append(f"**{title}: {v}.** {why or 'Not yet examined.'}")
+            explained.append(f"**{title}: {v}.** {why or 'Not yet examined.'} "
+                             f"*Explanation: {status}.*")  # fmt: skip
     if lenient:
         n = len(SEEDS)
         lines += [

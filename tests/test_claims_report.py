@@ -124,6 +124,12 @@ def test_an_explanation_is_marked_by_the_verdicts_of_the_claims_that_test_it(mon
     assert status("SOE beats SH (FC7)", "refuted", False, run) == "not yet examined"
     assert status("POE starts where MOE fails to", "refuted", True, run) == "from its runs"
     assert f"{tests[0]} (confirmed); {tests[1]} (refuted)" == report.tested_by(title, run)
+    # an explanation whose own text says part of it is untested is partly tested at best
+    assert status(title, "refuted", "... the width is untested.", run) == "partly tested"
+    moe = "FNE beats the one-layer embedding (MOE)"  # in PARTLY: its mechanism has no test
+    moe_run = {t: "confirmed" for t in explanations.TESTED_BY[moe]}
+    assert moe in explanations.PARTLY
+    assert status(moe, "refuted", "text", moe_run) == "partly tested"
 
 
 def test_every_tested_by_entry_names_claims_of_the_report():
@@ -137,6 +143,7 @@ def test_every_tested_by_entry_names_claims_of_the_report():
         assert claim in titles, claim
         assert tests and set(tests) <= titles, (claim, set(tests) - titles)
     assert set(explanations.FROM_RUNS) <= titles
+    assert set(explanations.PARTLY) <= set(explanations.TESTED_BY)
 
 
 def _moe_cells(family: str, starts: dict[str, int]) -> dict[str, dict]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from . import fair_report, families
-from .explanations import FROM_RUNS, TESTED_BY
+from .explanations import FROM_RUNS, PARTLY, TESTED_BY, UNTESTED_WORDS
 from .protocol import (
     CELLS,
     EPOCHS,
@@ -75,15 +75,17 @@ def _unprobed(cells: list[dict]) -> str:
             "--add-order-stats).") if n else ""  # fmt: skip
 
 
-def explanation_status(title: str, v: str, has_text: bool, verdicts: dict[str, str]) -> str:
+def explanation_status(title: str, v: str, text: str | bool, verdicts: dict[str, str]) -> str:
     """The claims table's explanation column: "—" for a claim that holds (or has no
     verdict yet); for one that does not: "tested" when every claim that tests its
-    explanation (:data:`explanations.TESTED_BY`) has a verdict, "partly tested" when some
-    have, "test pending" when none has, "from its runs" (:data:`explanations.FROM_RUNS`),
-    "untested", or "not yet examined"."""
+    explanation (:data:`explanations.TESTED_BY`) has a verdict and no part of it is known
+    untested (:data:`explanations.PARTLY`, or its own ``text`` says so:
+    :data:`explanations.UNTESTED_WORDS`), "partly tested" when only some of it is,
+    "test pending" when no test has a verdict, "from its runs"
+    (:data:`explanations.FROM_RUNS`), "untested", or "not yet examined"."""
     if v not in ("refuted", "inconclusive"):
         return "—"
-    if not has_text:
+    if not text:
         return "not yet examined"
     if title in FROM_RUNS:
         return "from its runs"
@@ -91,7 +93,11 @@ def explanation_status(title: str, v: str, has_text: bool, verdicts: dict[str, s
     if not tests:
         return "untested"
     run = sum(verdicts.get(t, "not yet run") != "not yet run" for t in tests)
-    return "tested" if run == len(tests) else "partly tested" if run else "test pending"
+    if not run:
+        return "test pending"
+    says_untested = isinstance(text, str) and any(w in text for w in UNTESTED_WORDS)
+    whole = run == len(tests) and title not in PARTLY and not says_untested
+    return "tested" if whole else "partly tested"
 
 
 def tested_by(title: str, verdicts: dict[str, str]) -> str:
@@ -508,8 +514,10 @@ def report(done: dict[str, dict]) -> str:
               "and t their ratio; the paper's difference is its single run's (in its metric "
               "where that is not ours).", "",
               "The explanation column says, for a claim that does not hold here, whether the "
-              "explanation given below is tested by other claims' cells (the claims are named "
-              "there), partly so, from the claim's own runs, or untested.", "",
+              "explanation given below is tested by other claims' cells (named there, with "
+              "their verdicts), partly tested (some of it has no test yet, or its tests have "
+              "not all run), test pending (none of its tests has run), drawn from the "
+              "claim's own runs, untested, or not yet examined (no explanation).", "",
               "| claim | paper | the paper's difference | compared | ours: better - worse "
               "(mean ± se, t) | seeds | verdict | explanation |",
               "|---|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -524,7 +532,7 @@ def report(done: dict[str, dict]) -> str:
             fig = f"{m:+.1f} ± {se:.1f}" + (f", t {m / se:+.1f}" if se > 0 else "")
             if v in ("confirmed", "refuted") and abs(m) <= T975[len(r.diffs) - 1] * se:
                 lenient.append(f"{r.title} ({v}, t {m / se:+.1f})")
-        status = explanation_status(r.title, v, bool(r.explain), verdicts)
+        status = explanation_status(r.title, v, r.explain, verdicts)
         lines.append(f"| {r.title} | {r.source} | {r.paper} | {r.metric} | {fig} | "
                      f"{len(r.diffs)} | {v} | {status} |")  # fmt: skip
         if v in ("refuted", "inconclusive"):
@@ -538,7 +546,7 @@ def report(done: dict[str, dict]) -> str:
         fam = "moe" if title.startswith("MOE") else "poe"
         runs = sum(c.get("family") == fam for c in done.values())  # of 5 seeds x 6 settings
         why = poe_explanation(done) if title.startswith("POE") else ""
-        status = explanation_status(title, v, bool(why), verdicts)
+        status = explanation_status(title, v, why, verdicts)
         lines.append(f"| {title} | {source} | {paper} | {metric} | {fig} | "
                      f"{runs} runs | {v} | {status} |")  # fmt: skip
         if v in ("refuted", "inconclusive"):

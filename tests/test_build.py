@@ -252,6 +252,8 @@ def test_the_recipes_evidence_comes_with_its_files_checked(tmp_path):
         (shipped / "evidence.json").read_text())  # fmt: skip
     for name in ("imagenet_wordnet.json", "imagenet_head.safetensors", "imagenet_not_nouns.json"):
         assert file_sha256(out / name) == file_sha256(shipped / name)
+    recorded = VSEModel.load(out).info["source"]["evidence_sha256"]
+    assert recorded == file_sha256(shipped / "evidence.json") == file_sha256(out / "evidence.json")
     enabled = {s.name for s in load_sources(out)}
     assert enabled == {s.name for s in load_sources(shipped)} and "colour" in enabled
     veto, shipped_veto = AnnotationVeto.from_bundle(out), AnnotationVeto.from_bundle(shipped)

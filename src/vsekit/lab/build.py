@@ -268,6 +268,14 @@ def build(recipe: Recipe, out: str | Path, root: str | Path = ".") -> Path:
         )
     model.info.update(name=recipe.name, released=recipe.released)
     model.info["source"] = {"recipe": asdict(recipe), "members": members}
+    evidence_sha = None
+    if recipe.evidence is not None:  # which evidence.json the bundle takes, by content
+        from vsekit.evidence import EVIDENCE_FILE
+        from vsekit.fsio import file_sha256
+
+        f = _path(root, recipe.evidence.bundle) / EVIDENCE_FILE
+        evidence_sha = file_sha256(f) if f.is_file() else None
+        model.info["source"]["evidence_sha256"] = evidence_sha
     # built beside ``out`` and swapped in whole: a failed step leaves ``out`` as it was
     out = Path(out)
     tmp = out.with_name(f".{out.name}.building")
@@ -279,7 +287,7 @@ def build(recipe: Recipe, out: str | Path, root: str | Path = ".") -> Path:
         if captions:  # the pool a first `vse annotate` reads, with the hubness penalties
             write_pool(VSEModel.load(tmp, device="cpu"), tmp, "the bundle's text encoder (PyTorch)")
         if recipe.evidence is not None:
-            _add_evidence(tmp, _path(root, recipe.evidence.bundle))
+            _add_evidence(tmp, _path(root, recipe.evidence.bundle), evidence_sha)
         old = out.with_name(f".{out.name}.old")
         if out.exists():
             shutil.rmtree(old, ignore_errors=True)
@@ -291,14 +299,15 @@ def build(recipe: Recipe, out: str | Path, root: str | Path = ".") -> Path:
     return out
 
 
-def _add_evidence(bundle: Path, source: Path) -> None:
-    """``source``'s ``evidence.json`` and the files its entries record by sha256, into
-    ``bundle``; ConfigError naming the file that is missing or not the one recorded, and
-    the bundle's own checks (every source, the veto and consensus settings) must pass."""
+def _add_evidence(bundle: Path, source: Path, sha: str | None) -> None:
+    """``source``'s ``evidence.json`` (as it is, whose sha256 ``sha`` the bundle's
+    ``bundle.json`` records) and the files its entries record by sha256, into ``bundle``;
+    ConfigError naming the file that is missing or not the one recorded, and the bundle's
+    own checks (every source, the veto and consensus settings) must pass."""
     from vsekit.bundle import ModelError
     from vsekit.evidence import EVIDENCE_FILE, load_sources, read_evidence_config
     from vsekit.evidence.veto import AnnotationVeto
-    from vsekit.fsio import atomic_write, file_sha256
+    from vsekit.fsio import file_sha256
     from vsekit.runtime.consensus import ConsensusRule
 
     where = f"evidence.bundle: {source / EVIDENCE_FILE}"
@@ -312,7 +321,7 @@ def _add_evidence(bundle: Path, source: Path) -> None:
         files = entry.get("sha256", {}) if isinstance(entry, dict) else {}
         if not isinstance(files, dict):
             raise ConfigError(f"{where}: {name}.sha256: an object of file names, not {files!r}")
-        for fname, sha in files.items():
+        for fname, want in files.items():
             if Path(fname).name != fname or fname in ("", ".", ".."):
                 raise ConfigError(f"{where}: {name}.sha256: {fname!r} is not a file name")
             f = source / fname
@@ -320,9 +329,12 @@ def _add_evidence(bundle: Path, source: Path) -> None:
                 raise ConfigError(f"{where}: {name} names {fname}, which is missing there")
             shutil.copyfile(f, bundle / fname)
             got = file_sha256(bundle / fname)  # the copy is what the bundle holds
-            if got != sha:
-                raise ConfigError(f"{where}: {f} has sha256 {got}, not the recorded {sha}")
-    atomic_write(bundle / EVIDENCE_FILE, json.dumps(cfg, indent=2) + "\n")
+            if got != want:
+                raise ConfigError(f"{where}: {f} has sha256 {got}, not the recorded {want}")
+    shutil.copyfile(source / EVIDENCE_FILE, bundle / EVIDENCE_FILE)  # the bundle is a temp dir
+    got = file_sha256(bundle / EVIDENCE_FILE)
+    if got != sha:  # changed while the bundle was built
+        raise ConfigError(f"{where}: changed during the build (sha256 {got}, not {sha})")
     try:  # the settings as a search, the veto and annotation will read them
         load_sources(bundle, enabled_only=False)
         AnnotationVeto.from_bundle(bundle, enabled_only=False)

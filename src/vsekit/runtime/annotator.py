@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 SPARE_TAGS = 10
 
 #: ``veto=`` and ``consensus=`` default: the model's own (its bundle's ``evidence.json``)
-MODEL_VETO = "model"
+FROM_MODEL = "model"
 
 
 @dataclass
@@ -155,17 +155,17 @@ def annotate_arrays(
     k: int = 5,
     n_tags: int = 0,
     pool=None,
-    veto: AnnotationVeto | None | str = MODEL_VETO,
-    consensus: ConsensusRule | None | str = MODEL_VETO,
+    veto: AnnotationVeto | None | str = FROM_MODEL,
+    consensus: ConsensusRule | None | str = FROM_MODEL,
 ) -> list[Annotation]:
     """Annotations of photos from their ``[N, D]`` unit embeddings and ``[N, F]`` image
     features (None: no tags and no veto, which needs the features): the ``k`` best
     captions of ``pool`` (the model's caption pool by default) and at most ``n_tags``
     tags. ``veto`` and ``consensus``: the model's own by default, or one given, or None
     (off)."""
-    if veto == MODEL_VETO:
+    if veto == FROM_MODEL:
         veto = model_veto(model)
-    if consensus == MODEL_VETO:
+    if consensus == FROM_MODEL:
         consensus = model.annotator.consensus
     pool = model.caption_pool if pool is None else pool
     if features is None:

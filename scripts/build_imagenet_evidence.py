@@ -266,8 +266,10 @@ def main() -> None:
             "head": "imagenet_head.safetensors",
             "sha256": {  # other files' entries (the veto's not_nouns) stay
                 **old.get("imagenet", {}).get("sha256", {}),
-                **{n: sha256(out / n)
-                   for n in ("imagenet_wordnet.json", "imagenet_head.safetensors")},
+                **{
+                    n: sha256(out / n)
+                    for n in ("imagenet_wordnet.json", "imagenet_head.safetensors")
+                },
             },  # fmt: skip
             "feature_scale": FEATURE_SCALE,
             "top_k": 5,

@@ -82,18 +82,19 @@ class Consensus:
         self.gt_vecs = texts[self.s.gt_cols]
         self.base_pool, self.base_gt = self.s.pool, self.s.gt
 
+    def _rescored(self, rule: ConsensusRule | None):
+        """``(pool, split)`` candidates with their scores re-scored by ``rule`` (None: as
+        the model scores them)."""
+        if rule is None:
+            return self.base_pool, self.base_gt
+        return tuple(dataclasses.replace(c, scores=rescore(c.scores, v, rule))
+                     for c, v in ((self.base_pool, self.pool_vecs),
+                                  (self.base_gt, self.gt_vecs)))  # fmt: skip
+
     def measure(self, rule: ConsensusRule | None) -> dict:
         """Split.measure under the shipped veto, the candidates re-scored by ``rule``."""
         s = self.s
-        if rule is None:
-            s.pool, s.gt = self.base_pool, self.base_gt
-        else:
-            s.pool = dataclasses.replace(
-                self.base_pool, scores=rescore(self.base_pool.scores, self.pool_vecs, rule)
-            )
-            s.gt = dataclasses.replace(
-                self.base_gt, scores=rescore(self.base_gt.scores, self.gt_vecs, rule)
-            )
+        s.pool, s.gt = self._rescored(rule)
         try:
             out = s.measure(self.veto_rule)
         finally:
@@ -103,10 +104,7 @@ class Consensus:
 
     def top1(self, rule: ConsensusRule | None) -> tuple[list[str], list[list[dict]]]:
         s = self.s
-        if rule is not None:
-            s.pool = dataclasses.replace(
-                self.base_pool, scores=rescore(self.base_pool.scores, self.pool_vecs, rule)
-            )
+        s.pool = self._rescored(rule)[0]
         try:
             _, judged, top = s.caption_rates(self.veto_rule)
         finally:

@@ -116,13 +116,13 @@ def test_an_explanation_is_marked_by_the_verdicts_of_the_claims_that_test_it(mon
     assert len(tests) == 2
     status = report.explanation_status
     run = {tests[0]: "confirmed", tests[1]: "refuted"}
-    assert status(title, "refuted", True, run) == "tested"
-    assert status(title, "refuted", True, {tests[0]: "confirmed"}) == "partly tested"
-    assert status(title, "refuted", True, {t: "not yet run" for t in tests}) == "test pending"
-    assert status(title, "confirmed", True, run) == "—"
-    assert status("SOE beats SH (FC7)", "refuted", True, run) == "untested"
-    assert status("SOE beats SH (FC7)", "refuted", False, run) == "not yet examined"
-    assert status("POE starts where MOE fails to", "refuted", True, run) == "from its runs"
+    assert status(title, "refuted", "text", run) == "tested"
+    assert status(title, "refuted", "text", {tests[0]: "confirmed"}) == "partly tested"
+    assert status(title, "refuted", "text", {t: "not yet run" for t in tests}) == "test pending"
+    assert status(title, "confirmed", "text", run) == "—"
+    assert status("SOE beats SH (FC7)", "refuted", "text", run) == "untested"
+    assert status("SOE beats SH (FC7)", "refuted", "", run) == "not yet examined"
+    assert status("POE starts where MOE fails to", "refuted", "text", run) == "from its runs"
     assert f"{tests[0]} (confirmed); {tests[1]} (refuted)" == report.tested_by(title, run)
     # an explanation whose own text says part of it is untested is partly tested at best
     assert status(title, "refuted", "... the width is untested.", run) == "partly tested"

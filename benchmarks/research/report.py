@@ -75,7 +75,7 @@ def _unprobed(cells: list[dict]) -> str:
             "--add-order-stats).") if n else ""  # fmt: skip
 
 
-def explanation_status(title: str, v: str, text: str | bool, verdicts: dict[str, str]) -> str:
+def explanation_status(title: str, v: str, text: str, verdicts: dict[str, str]) -> str:
     """The claims table's explanation column: "—" for a claim that holds (or has no
     verdict yet); for one that does not: "tested" when every claim that tests its
     explanation (:data:`explanations.TESTED_BY`) has a verdict and no part of it is known
@@ -95,7 +95,7 @@ def explanation_status(title: str, v: str, text: str | bool, verdicts: dict[str,
     run = sum(verdicts.get(t, "not yet run") != "not yet run" for t in tests)
     if not run:
         return "test pending"
-    says_untested = isinstance(text, str) and any(w in text for w in UNTESTED_WORDS)
+    says_untested = any(w in text for w in UNTESTED_WORDS)
     whole = run == len(tests) and title not in PARTLY and not says_untested
     return "tested" if whole else "partly tested"
 

@@ -24,7 +24,7 @@ def _run_grid(slice_of, rows: tuple[str, ...], dev_of=None) -> tuple[dict, list[
     """Run the grid's pending cells of ``rows`` one at a time, as one runner does."""
     done: dict[str, dict] = {}
     order = []
-    while todo := [c for c in fair.pending(done) if c.row in rows]:
+    while todo := [c for c in fair.pending(done) if c.row in rows and isinstance(c, fair.FairCell)]:
         c = todo[0]
         s = slice_of(c)
         done[c.name] = _cell(c, s, (dev_of or slice_of)(c) - c.seed)
@@ -114,3 +114,64 @@ def test_the_report_section_reads_the_cells():
     # 300 at the best rate, less 10 x |dropout - 0.2|, plus 20 for FC7; dev: less the seed
     name = fair.FairCell("fc7-sh", fair.Recipe(-6), 0).name
     assert f"| {name} | 318.0 | 318.0 | 9 / 13 | 1 | early stop | 10 min | 0000000 |" in text
+
+
+def test_the_instability_count_runs_last_at_this_budget_with_the_first_settings():
+    inst = fair.inst_cells()
+    assert len(inst) == 60 and len({c.name for c in inst}) == 60  # 2 x 6 settings x 5 seeds
+    todo = fair.pending({})
+    first_inst = next(i for i, c in enumerate(todo) if isinstance(c, fair.InstCell))
+    assert all(isinstance(c, fair.InstCell) for c in todo[first_inst:])  # after Table 2
+    assert todo[first_inst].name == "fair-inst-moe-fc7-bl-s0"
+    moe = fair.InstCell("moe", "fne-abs", 3).settings("STORE", 0.2)
+    assert (moe["train.lr"], moe["loss.margin"], moe["model.abs"]) == (1e-4, 0.05, True)
+    assert (
+        moe["train.epochs"] == fair.EPOCH_CAP and moe["train.patience"] == fair.PATIENCE_ORDER_MAX
+    )
+    assert moe["model.img_norm"] == "none" and moe["model.img_dropout"] == 0.0
+    assert moe["data.features"] == "fne" and moe["train.seed"] == 3
+    assert "train.curriculum_sum_epochs" not in moe
+    poe = fair.InstCell("poe", "fc7-bl", 0)
+    s = poe.settings("STORE", 0.05)
+    assert s["train.lr_max_phase"] is None and s["train.lr"] == 2e-4 and s["model.abs"] is False
+    assert s["train.curriculum_sum_epochs"] == fair.EPOCH_CAP // 2
+    assert poe.config == "configs/flickr8k-fc7-poe.yaml" and poe.row == "fc7-poe"
+    # a recorded run leaves the list
+    done = {todo[first_inst].name: {}}
+    assert todo[first_inst].name not in {c.name for c in fair.pending(done)}
+
+
+def _inst(c: fair.InstCell, dev_last: float, reached_max: bool = True) -> dict:
+    return {"cell": c.name, "protocol": "fair", "row": c.row, "family": c.family,
+            "variant": c.variant, "setting": c.as_dict(), "seed": c.seed,
+            "slice": {"rsum": dev_last}, "dev": {"rsum": dev_last},
+            "dev_last": {"rsum": dev_last}, "phases": {"max": 5 if reached_max else 0},
+            "best_epoch": 3, "epochs_run": 10 + c.seed, "hit_cap": False,
+            "train_seconds": 60.0, "events": [{"event": "early stop"}],
+            "git_commit": "0" * 40}  # fmt: skip
+
+
+def test_the_report_counts_the_instability_runs_by_the_first_rules():
+    # FC7 starts at every setting; the FNE at none: settings matter (confirmed); POE
+    # starts wherever MOE failed, except one run that never reached L_M
+    done = {}
+    for c in fair.inst_cells():
+        ok = c.feature == "fc7" or c.family == "poe"
+        reached = not (c.family == "poe" and c.variant == "fne-abs" and c.seed == 4)
+        done[c.name] = _inst(c, 50.0 if ok else 3.0, reached)
+    text = "\n".join(fair_report.section(done, {}))
+    assert "| MOE's starts depend on its settings, at this budget | fc7-bl 5/5, " in text
+    assert "fne-abs 0/5 | 30 runs | confirmed |" in text
+    assert "fne-abs 4/5 (MOE 0/5) | 30 runs | inconclusive |" in text
+    assert "| FNE-MOE-abs | 0.0001 | 0.05 | yes | 0/5 | 10-14 | — | 4/5 | 4/5 |" in text
+    assert "| FC7-MOE-bl | 0.0002 | 0.2 | no | 5/5 | 10-14 | — | 5/5 | 5/5 |" in text
+    # the Table 2 rows are not read from the instability runs
+    assert "| FC7-MOE |" not in text
+    # partly run: counted as run, no verdict
+    part = {n: c for n, c in done.items() if c["seed"] < 2}
+    text = "\n".join(fair_report.section(part, {}))
+    assert "| FNE-MOE-bl | 0.0002 | 0.2 | no | 2/5 run | 10-11 |" in text
+    assert (
+        "| MOE's starts depend on its settings, at this budget | — | 12 runs | not yet run |"
+        in text
+    )

@@ -66,8 +66,22 @@ once tuned, and whether the ternarisation is what costs it), each stage's middle
 rate first, then their seeds, then the other pipelines in Table 2's order, each row's
 search then its seeds.
 
-**Not yet scheduled** (declared here so that their rules precede their cells): MOE's and
-POE's instability counts (the first protocol's six settings, five seeds) at this budget.
+**MOE's instability at this budget** (declared on 2026-11-26, before any of its cells
+ran). The first protocol counted how many of five seeds leave the start (dev rsum of at
+least ``families.STARTED``) at the paper's six Table 5 settings (``families.MOE_SETTINGS``
+on FC7 and the FNE), in 4 epochs, which counts a late start as a failure. Here the same
+settings and seeds run at this protocol's budget: ``EPOCH_CAP`` epochs, stopped by the
+slice after ``PATIENCE_ORDER_MAX`` epochs without a new best (with one tenfold decay on
+the way), as this protocol's MOE rows are; POE at the same settings runs L_S until the
+slice has not improved for ``PATIENCE`` epochs (at most half the cap), then L_M at the
+same learning rate (the settings must be MOE's own, as in the first protocol). Nothing
+else changes from the first protocol's runs: no input normalisation or dropout, the
+setting's own margin, learning rate and ``abs``. A run is judged, as there, on the model
+it ends with (``dev_last``), and a POE run must have reached L_M (``families.started``).
+The two claims ("MOE's starts depend on its settings", "POE starts where MOE fails to")
+take the first protocol's rules (``families.moe_verdicts``). These cells (``InstCell``,
+``fair-inst-...``) come after every Table 2 cell in the order; a runner started with
+``--only fair-inst`` takes them first. Scheduling reads no dev figure.
 **Scheduled since** (in ``families.py``, ``W2VV_TESTS``, run by ``claims.py --run first``
 with the first protocol's family jobs, three seeds each): Word2VisualVec with an
 FNE-float target, and with this protocol's early stopping at this cap.
@@ -83,6 +97,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+from .families import MOE_SETTINGS
 
 CELLS = Path(__file__).resolve().parent / "cells_fair"  # this protocol's recorded cells
 PIPELINES = ("sh", "mh", "soe", "moe", "ph", "poe")
@@ -153,34 +169,98 @@ class FairCell:
     def settings(self, store: str, paper_margin: float) -> dict[str, object]:
         """Every key this cell sets over its config file, once each."""
         r, p = self.recipe, self.pipeline
-        order_max = p in ("moe", "poe")
-        out: dict[str, object] = {
-            "data.store": store,
-            "data.crops": 2,
-            "data.val_from_train": 500,
-            "data.features": KIND[self.feature],
-            "model.text": "{kind: gru, word_dim: 50, embed_dim: 512, glove: true}",
+        out = _fixed(self.feature, p, store, self.seed) | {
             "model.img_norm": r.norm,
             "model.img_dropout": r.dropout,
             "loss.margin": float(f"{paper_margin * r.margin:g}"),
             "train.lr": r.lr,
-            "train.epochs": EPOCH_CAP,
-            "train.lr_decay_epochs": 0,
-            "train.patience": PATIENCE_ORDER_MAX if order_max else PATIENCE,
-            "train.plateau_decays": PLATEAU_DECAYS,
-            "train.captions": "all",
-            "train.max_minutes": None,
-            "train.collapse_epochs": 0,
-            "train.collapse_restart": False,
-            "train.precision": "bf16",
-            "train.threads": 1,
-            "train.seed": self.seed,
         }
         if p in ("ph", "poe"):
-            out["train.curriculum_patience"] = PATIENCE
-            out["train.curriculum_sum_epochs"] = EPOCH_CAP // 2
             out["train.lr_max_phase"] = float(f"{r.lr / 10:.3g}") if p == "poe" else None
         return out
+
+
+@dataclass(frozen=True)
+class InstCell:
+    """One run of MOE's instability count at this protocol's budget (see the docstring):
+    MOE or POE at one of the first protocol's Table 5 settings."""
+
+    family: str  # "moe" or "poe"
+    variant: str  # FEATURE-SETTING, e.g. "fne-bl-abs", as the first protocol names it
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"fair-inst-{self.family}-{self.variant}-s{self.seed}"
+
+    @property
+    def feature(self) -> str:
+        return self.variant.split("-")[0]
+
+    @property
+    def setting(self) -> str:
+        return self.variant.split("-", 1)[1]
+
+    @property
+    def row(self) -> str:
+        return f"{self.feature}-{self.family}"
+
+    @property
+    def config(self) -> str:
+        return f"configs/flickr8k-{self.feature}-{self.family}.yaml"
+
+    def as_dict(self) -> dict:
+        lr, margin, use_abs = MOE_SETTINGS[self.setting]
+        return {"lr": lr, "margin": margin, "abs": use_abs}
+
+    def settings(self, store: str, paper_margin: float) -> dict[str, object]:
+        """Every key this cell sets over its config file, once each (``paper_margin`` is
+        not read: the setting has its own)."""
+        lr, margin, use_abs = MOE_SETTINGS[self.setting]
+        out = _fixed(self.feature, self.family, store, self.seed) | {
+            "model.img_norm": "none",
+            "model.img_dropout": 0.0,
+            "model.abs": use_abs,
+            "loss.margin": margin,
+            "train.lr": lr,
+        }
+        if self.family == "poe":
+            out["train.lr_max_phase"] = None  # L_M at L_S's rate: the setting's own
+        return out
+
+
+def _fixed(feature: str, pipeline: str, store: str, seed: int) -> dict[str, object]:
+    """The keys every cell of this protocol sets alike (see Fixed and Training to
+    convergence)."""
+    out: dict[str, object] = {
+        "data.store": store,
+        "data.crops": 2,
+        "data.val_from_train": 500,
+        "data.features": KIND[feature],
+        "model.text": "{kind: gru, word_dim: 50, embed_dim: 512, glove: true}",
+        "train.epochs": EPOCH_CAP,
+        "train.lr_decay_epochs": 0,
+        "train.patience": PATIENCE_ORDER_MAX if pipeline in ("moe", "poe") else PATIENCE,
+        "train.plateau_decays": PLATEAU_DECAYS,
+        "train.captions": "all",
+        "train.max_minutes": None,
+        "train.collapse_epochs": 0,
+        "train.collapse_restart": False,
+        "train.precision": "bf16",
+        "train.threads": 1,
+        "train.seed": seed,
+    }
+    if pipeline in ("ph", "poe"):
+        out["train.curriculum_patience"] = PATIENCE
+        out["train.curriculum_sum_epochs"] = EPOCH_CAP // 2
+    return out
+
+
+def inst_cells() -> list[InstCell]:
+    """The instability count's runs, in order: MOE then POE, seed by seed, each seed over
+    the six settings (so a partial count covers every setting)."""
+    return [InstCell(fam, f"{feat}-{k}", s) for fam in ("moe", "poe") for s in MOE_SEEDS
+            for feat in ("fc7", "fne") for k in MOE_SETTINGS]  # fmt: skip
 
 
 def rows() -> list[str]:
@@ -254,9 +334,10 @@ def chosen(row: str, done: dict[str, dict]) -> Recipe | None:
     return search(row, slice_score(done, row))[1]
 
 
-def pending(done: dict[str, dict]) -> list[FairCell]:
+def pending(done: dict[str, dict]) -> list[FairCell | InstCell]:
     """The cells that can run now, in order: FIRST's searches, then FIRST's seeds, then
-    each other row's search and then its seeds, in Table 2's order."""
+    each other row's search and then its seeds, in Table 2's order; then the instability
+    count's runs."""
     found = {row: search(row, slice_score(done, row)) for row in rows()}
     # FIRST's searches side by side, the middle learning rate first: the first cells
     # compare the three features (and the FNE's normalisations) at once
@@ -271,4 +352,4 @@ def pending(done: dict[str, dict]) -> list[FairCell]:
             out += [FairCell(row, pick, s) for s in seeds(row) if s]
     if len(out) > 1:  # FIRST's seeds before any other row's cells
         out.sort(key=lambda c: c.row not in FIRST)
-    return [c for c in out if c.name not in done]
+    return [c for c in [*out, *inst_cells()] if c.name not in done]

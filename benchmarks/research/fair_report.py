@@ -1,12 +1,14 @@
 """The fair protocol's part of docs/claims.md, from its recorded cells alone: each row's
 search so far, its chosen recipe and seeds, whether the chosen learning rate is inside
-what was tried, and the FNE claims under this protocol. Empty until its first cell."""
+what was tried, the FNE claims under this protocol, and MOE's instability counted at its
+budget. Empty until its first cell."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from . import fair_protocol as fair
+from . import families
 from .protocol import PAPER, T975, verdict
 
 
@@ -49,10 +51,47 @@ CLAIMS = [
 ]  # fmt: skip
 
 
-def section(done: dict[str, dict]) -> list[str]:
-    """Markdown lines for docs/claims.md (none while no fair cell is recorded)."""
+def inst_name(family: str, setting: str, seed: int) -> str:
+    return fair.InstCell(family, setting, seed).name
+
+
+def inst_section(inst: dict[str, dict], first: dict[str, dict]) -> list[str]:
+    """MOE's instability at this protocol's budget: per setting, the runs that started,
+    beside the first protocol's 4-epoch count (from ``first``, its cells) and the
+    paper's; then the two claims by the first protocol's rules."""
+    lines = ["", "### MOE's instability at this budget", "",
+             "The first protocol's six settings and five seeds, each run stopped by the slice "
+             f"(patience {fair.PATIENCE_ORDER_MAX}, one decay, cap {fair.EPOCH_CAP} epochs) "
+             "instead of after 4 epochs; POE runs L_S until the slice stops improving, then "
+             f"L_M at the same rate. A run started if its last model reaches dev rsum "
+             f"{families.STARTED:g}.", "",
+             "| setting | lr | margin | abs | MOE started | MOE epochs run | in 4 epochs | "
+             "paper | POE started |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for feat in ("fc7", "fne"):
+        for k, (lr, margin, use_abs) in families.MOE_SETTINGS.items():
+            v = f"{feat}-{k}"
+            runs = [inst[n] for s in fair.MOE_SEEDS if (n := inst_name("moe", v, s)) in inst]
+            moe = families.moe_starts(inst, "moe", v, inst_name)
+            poe = families.moe_starts(inst, "poe", v, inst_name)
+            old = families.moe_starts(first, "moe", v)
+            spans = sorted(c["epochs_run"] for c in runs)
+            span = "—" if not spans else f"{spans[0]}-{spans[-1]}"
+            lines.append(
+                f"| {feat.upper()}-MOE-{k} | {lr:g} | {margin:g} | {'yes' if use_abs else 'no'}"
+                f" | {f'{moe}/5' if moe is not None else f'{len(runs)}/5 run'} | {span} | "
+                f"{'—' if old is None else f'{old}/5'} | {families.MOE_PAPER[v]}/5 | "
+                f"{'—' if poe is None else f'{poe}/5'} |"
+            )
+    return lines
+
+
+def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list[str]:
+    """Markdown lines for docs/claims.md (none while no fair cell is recorded);
+    ``first``: the first protocol's cells, for the instability counts' comparison."""
     if not done:
         return []
+    inst = {n: c for n, c in done.items() if "family" in c}
+    t2 = {n: c for n, c in done.items() if "family" not in c}
     lines = ["", "## Table 2 under the fair protocol (issue 41)", "",
              "Declared in the docstring of `benchmarks/research/fair_protocol.py` before its "
              "first cell, its cells in `benchmarks/research/cells_fair/`: each row searches "
@@ -66,7 +105,7 @@ def section(done: dict[str, dict]) -> list[str]:
              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for row in fair.rows():
         score = fair.slice_score(done, row)
-        mine = [c for c in done.values() if c["row"] == row and c["seed"] == 0]
+        mine = [c for c in t2.values() if c["row"] == row and c["seed"] == 0]
         if not mine:
             continue
         best = max(mine, key=lambda c: c["slice"]["rsum"])
@@ -95,6 +134,12 @@ def section(done: dict[str, dict]) -> list[str]:
         if v in ("confirmed", "refuted") and abs(m) <= T975[len(diffs) - 1] * se:
             v += " (not at a 95% t-test)"
         lines.append(f"| {title} | {fig} | {len(diffs)} | {v} |")
+    for title, _, _, fig, v in families.moe_verdicts(inst, inst_name):
+        runs = sum(c["family"] == ("moe" if title.startswith("MOE") else "poe")
+                   for c in inst.values())  # fmt: skip
+        lines.append(f"| {title}, at this budget | {fig} | {runs} runs | {v} |")
+    if inst:
+        lines += inst_section(inst, first or {})
     lines += ["", "### The fair protocol's cells", "",
               "| cell | slice rsum (selects) | dev rsum (reported) | best epoch / epochs run "
               "| lr decays | ended by | train time | commit |",

@@ -301,18 +301,31 @@ def lite0_rsum(feat: str, grid) -> Callable[[dict[str, dict], int], float | None
     return get
 
 
-def moe_starts(done: dict[str, dict], family: str, setting: str) -> int | None:
+#: a grid's name for the instability run ``(family, setting, seed)``
+RunName = Callable[[str, str, int], str]
+
+
+def first_name(family: str, setting: str, seed: int) -> str:
+    """The first protocol's name of an instability run."""
+    return Job(family, setting, seed, "").name
+
+
+def moe_starts(
+    done: dict[str, dict], family: str, setting: str, name: RunName = first_name
+) -> int | None:
     """Runs of ``setting`` (e.g. ``fc7-bl``) that started, of ``MOE_SEEDS``; None until
-    all are recorded."""
-    cells = [done.get(Job(family, setting, s, "").name) for s in MOE_SEEDS]
+    all are recorded. ``name``: the grid's naming of its runs."""
+    cells = [done.get(name(family, setting, s)) for s in MOE_SEEDS]
     return None if any(c is None for c in cells) else sum(started(c) for c in cells)
 
 
-def moe_verdicts(done: dict[str, dict]) -> list[tuple[str, str, str, str, str]]:
+def moe_verdicts(
+    done: dict[str, dict], name: RunName = first_name
+) -> list[tuple[str, str, str, str, str]]:
     """``(title, source, compared, figure, verdict)`` of the instability claims, by the
-    rules declared in ``protocol.py``'s docstring."""
+    rules declared in ``protocol.py``'s docstring, from the runs ``name`` names."""
     settings = [f"{f}-{n}" for f in ("fc7", "fne") for n in MOE_SETTINGS]
-    moe = {k: moe_starts(done, "moe", k) for k in settings}
+    moe = {k: moe_starts(done, "moe", k, name) for k in settings}
     out = []
     if any(v is None for v in moe.values()):
         fig, v1 = "—", "not yet run"
@@ -327,7 +340,7 @@ def moe_verdicts(done: dict[str, dict]) -> list[tuple[str, str, str, str, str]]:
     out.append(("MOE's starts depend on its settings", "001 Table 5", "MOE runs started",
                 fig, v1))  # fmt: skip
     failed = [k for k, n in moe.items() if n is not None and n < len(MOE_SEEDS)]
-    poe = {k: moe_starts(done, "poe", k) for k in failed}
+    poe = {k: moe_starts(done, "poe", k, name) for k in failed}
     if v1 == "not yet run":
         fig2, v2 = "—", "not yet run"
     elif not failed:

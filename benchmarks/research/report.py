@@ -710,7 +710,7 @@ def claims_text(
 ) -> str:
     """docs/claims.md from the first protocol's cells ``done`` and the fair protocol's
     ``fair_done``, with Table 2's figure linked in when it is drawn."""
-    text = report(done) + "".join(f"{x}\n" for x in fair_report.section(fair_done or {}))
+    text = report(done) + "".join(f"{x}\n" for x in fair_report.section(fair_done or {}, done))
     if figure:
         head = "## Table 2: twelve rows\n\n"
         text = text.replace(head, f"{head}{FIGURE}\n\n", 1)

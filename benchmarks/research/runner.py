@@ -116,7 +116,7 @@ def _value(v: object) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def run_fair_cell(cell: fair.FairCell) -> dict:
+def run_fair_cell(cell: fair.FairCell | fair.InstCell) -> dict:
     """Train ``cell`` (resuming a killed run), score it, and record it atomically."""
     import yaml
 
@@ -133,7 +133,11 @@ def run_fair_cell(cell: fair.FairCell) -> dict:
         "cell": cell.name,
         "protocol": "fair",
         "row": cell.row,
-        "recipe": cell.recipe.as_dict(),
+        **(
+            {"recipe": cell.recipe.as_dict()}
+            if isinstance(cell, fair.FairCell)
+            else {"family": cell.family, "variant": cell.variant, "setting": cell.as_dict()}
+        ),
         "seed": cell.seed,
         "config_file": cell.config,
         "config": meta["config"],  # the effective configuration the run trained with

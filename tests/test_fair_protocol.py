@@ -107,10 +107,9 @@ def test_the_report_section_reads_the_cells():
                         ("fne-sh", "fc7-sh", "fnef-sh"))  # fmt: skip
     text = "\n".join(fair_report.section(done))
     assert "| FC7-SH | " in text and "lr0.001-nnone-d0.2-m1 | yes | 3 |" in text
-    assert "| FNE beats the one-layer embedding (SH) | -20.0 ± 0.0 | 3 | one model: fails |" in (
-        text
-    )
-    assert "| FNE beats the one-layer embedding (MH) | — | 0 | not yet run |" in text
+    sh = "| FNE beats the one-layer embedding (SH), fair protocol |"
+    assert f"{sh} -20.0 ± 0.0 | 3 | one model: fails |" in text
+    assert "| FNE beats the one-layer embedding (MH), fair protocol | — | 0 | not yet run |" in text
     # 300 at the best rate, less 10 x |dropout - 0.2|, plus 20 for FC7; dev: less the seed
     name = fair.FairCell("fc7-sh", fair.Recipe(-6), 0).name
     assert f"| {name} | 318.0 | 318.0 | 9 / 13 | 1 | early stop | 10 min | 0000000 |" in text
@@ -160,7 +159,7 @@ def test_the_report_counts_the_instability_runs_by_the_first_rules():
         reached = not (c.family == "poe" and c.variant == "fne-abs" and c.seed == 4)
         done[c.name] = _inst(c, 50.0 if ok else 3.0, reached)
     text = "\n".join(fair_report.section(done, {}))
-    assert "| MOE's starts depend on its settings, at this budget | fc7-bl 5/5, " in text
+    assert "| MOE's starts depend on its settings, fair protocol | fc7-bl 5/5, " in text
     assert "fne-abs 0/5 | 30 runs | confirmed |" in text
     assert "fne-abs 4/5 (MOE 0/5) | 30 runs | inconclusive |" in text
     assert "| FNE-MOE-abs | 0.0001 | 0.05 | yes | 0/5 | 10-14 | — | 4/5 | 4/5 |" in text
@@ -172,6 +171,19 @@ def test_the_report_counts_the_instability_runs_by_the_first_rules():
     text = "\n".join(fair_report.section(part, {}))
     assert "| FNE-MOE-bl | 0.0002 | 0.2 | no | 2/5 run | 10-11 |" in text
     assert (
-        "| MOE's starts depend on its settings, at this budget | — | 12 runs | not yet run |"
-        in text
+        "| MOE's starts depend on its settings, fair protocol | — | 12 runs | not yet run |" in text
     )
+
+
+def test_the_fair_claims_test_the_first_protocols_explanations():
+    from research import explanations, report
+
+    peaked = _peaked(-6)
+    done, _ = _run_grid(lambda c: peaked(c) + (20 if c.feature == "fc7" else 0),
+                        ("fne-mh", "fc7-mh", "fnef-mh"))  # fmt: skip
+    verdicts = fair_report.verdicts(done)
+    assert verdicts["FNE beats the one-layer embedding (MH), fair protocol"] == "one model: fails"
+    assert verdicts["FNE beats the one-layer embedding (SOE), fair protocol"] == "not yet run"
+    title, text = "FNE beats the one-layer embedding (MH)", explanations.EXPLAIN["fne"]
+    assert report.explanation_status(title, "refuted", text, verdicts) == "tested"
+    assert report.explanation_status(title, "refuted", text, {}) == "test pending"

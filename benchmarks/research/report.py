@@ -440,7 +440,10 @@ def family_tables(done: dict[str, dict]) -> list[str]:
     return lines
 
 
-def report(done: dict[str, dict]) -> str:
+def report(done: dict[str, dict], fair_done: dict[str, dict] | None = None) -> str:
+    """docs/claims.md's first part, from the first protocol's cells ``done``; the fair
+    protocol's cells ``fair_done`` give the verdicts of the claims that test some of its
+    explanations."""
     lines = [
         "# The seeds' claims, re-tested",
         "",
@@ -525,6 +528,7 @@ def report(done: dict[str, dict]) -> str:
     moe = families.moe_verdicts(done)
     verdicts = {r.title: verdict(r.diffs)[0] for r in results}
     verdicts.update({title: v for title, _, _, _, v in moe})
+    verdicts.update(fair_report.verdicts(fair_done or {}))
     for r in results:
         v, m, se = verdict(r.diffs)
         fig = "—"
@@ -710,7 +714,9 @@ def claims_text(
 ) -> str:
     """docs/claims.md from the first protocol's cells ``done`` and the fair protocol's
     ``fair_done``, with Table 2's figure linked in when it is drawn."""
-    text = report(done) + "".join(f"{x}\n" for x in fair_report.section(fair_done or {}, done))
+    text = report(done, fair_done) + "".join(
+        f"{x}\n" for x in fair_report.section(fair_done or {}, done)
+    )
     if figure:
         head = "## Table 2: twelve rows\n\n"
         text = text.replace(head, f"{head}{FIGURE}\n\n", 1)

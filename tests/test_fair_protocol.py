@@ -16,6 +16,7 @@ def _cell(c: fair.FairCell, slice_rsum: float, dev_rsum: float) -> dict:
     return {"cell": c.name, "protocol": "fair", "row": c.row, "recipe": c.recipe.as_dict(),
             "seed": c.seed, "slice": {"rsum": slice_rsum}, "dev": {"rsum": dev_rsum},
             "best_epoch": 9, "epochs_run": 13, "hit_cap": False, "train_seconds": 600.0,
+            "epoch_seconds": [40.0 + c.seed] * 12 + [90.0],
             "events": [{"event": "lr decay on plateau"}, {"event": "early stop"}],
             "git_commit": "0" * 40}  # fmt: skip
 
@@ -107,6 +108,7 @@ def test_the_report_section_reads_the_cells():
                         ("fne-sh", "fc7-sh", "fnef-sh"))  # fmt: skip
     text = "\n".join(fair_report.section(done))
     assert "| FC7-SH | " in text and "lr0.001-nnone-d0.2-m1 | yes | 3 |" in text
+    assert "| 40 s | 13-13 |" in text  # the row's fastest epoch; its seeds' epochs run
     sh = "| FNE beats the one-layer embedding (SH), fair protocol |"
     assert f"{sh} -20.0 ± 0.0 | 3 | one model: fails |" in text
     assert "| FNE beats the one-layer embedding (MH), fair protocol | — | 0 | not yet run |" in text
@@ -187,3 +189,32 @@ def test_the_fair_claims_test_the_first_protocols_explanations():
     title, text = "FNE beats the one-layer embedding (MH)", explanations.EXPLAIN["fne"]
     assert report.explanation_status(title, "refuted", text, verdicts) == "tested"
     assert report.explanation_status(title, "refuted", text, {}) == "test pending"
+
+
+def test_epoch_seconds_come_from_the_trainers_clock_and_a_resume_repeats_an_epoch():
+    from research import runner
+
+    # killed in epoch 2 (recorded, not checkpointed), resumed from epoch 1's clock
+    log = [{"epoch": 0, "seconds": 50.0}, {"epoch": 1, "seconds": 95.0},
+           {"epoch": 2, "seconds": 300.0}, {"epoch": 2, "seconds": 141.0},
+           {"epoch": 3, "seconds": 190.5}]  # fmt: skip
+    assert runner.epoch_seconds(log) == [50.0, 45.0, 46.0, 49.5]
+
+
+def test_run_log_keeps_one_record_per_epoch(tmp_path):
+    import json
+
+    from research import runner
+
+    recs = [{"epoch": 0, "seconds": 50.0, "rsum": 1.0}, {"epoch": 1, "seconds": 99.0, "rsum": 2.0},
+            {"epoch": 1, "seconds": 97.0, "rsum": 3.0}, {"event": "lr decay on plateau"},
+            {"epoch": 2, "seconds": 150.0, "rsum": 4.0}]  # fmt: skip
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (tmp_path / "last.json").write_text(json.dumps({"path": "epoch2"}))
+    (tmp_path / "epoch2").mkdir()
+    events = [{"epoch": 2, "event": "early stop"}]
+    (tmp_path / "epoch2" / "state.json").write_text(json.dumps({"events": events}))
+    (tmp_path / "done.json").write_text(json.dumps({"seconds": 60.0}))  # this part's only
+    epochs, got, seconds = runner.run_log(tmp_path)
+    assert [e["rsum"] for e in epochs] == [1.0, 3.0, 4.0] and got == events
+    assert seconds == 150.0 and runner.epoch_seconds(epochs) == [50.0, 47.0, 53.0]

@@ -37,7 +37,12 @@ def main() -> None:
     ap.add_argument("--add-order-stats", action="store_true",
                     help="add how near the order loss's flat state each recorded MOE/POE "
                     "run ends (from their runs)")  # fmt: skip
+    ap.add_argument("--add-epoch-seconds", action="store_true",
+                    help="add each epoch's training time to the recorded fair cells that "
+                    "lack it (from their runs)")  # fmt: skip
     args = ap.parse_args()
+    if args.add_epoch_seconds:
+        runner.add_epoch_seconds(protocol.load_cells(fair.CELLS))
     if args.add_lengths:
         runner.add_lengths(protocol.load_cells())
     if args.add_order_stats:

@@ -134,9 +134,14 @@ def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list
              "slice at seed 0; every run stops early on the slice (reduce on plateau, then "
              f"stop; cap {fair.EPOCH_CAP} epochs). Rows appear in the order the grid runs "
              "them; a row's figures are its chosen recipe's, once its search is over.", "",
+             "A row's cost is read from its fastest epoch over all its cells (one core; "
+             "each epoch is timed, but two runners share the machine's two cores and other "
+             "work shared them at times, so a run's total time says more about the machine "
+             "than about the row); its chosen recipe's epochs run, over the seeds, give the "
+             "rest.", "",
              "| row | seed-0 cells | best on the slice so far | chosen recipe | lr inside "
-             "the grid | seeds | dev rsum, mean ± std | paper rsum |",
-             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "the grid | seeds | dev rsum, mean ± std | paper rsum | fastest epoch | epochs "
+             "run |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for row in fair.rows():
         score = fair.slice_score(done, row)
         mine = [c for c in t2.values() if c["row"] == row and c["seed"] == 0]
@@ -148,15 +153,19 @@ def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list
                   f"x{r['margin_scale']:g}: {best['slice']['rsum']:.1f}")  # fmt: skip
         pick = fair.chosen(row, done)
         paper = f"{sum(PAPER[row]):.1f}" if row in PAPER else "—"
+        timed = [t for c in t2.values() if c["row"] == row for t in c.get("epoch_seconds", [])]
+        fastest = f"{min(timed):.0f} s" if timed else "—"
         if pick is None:
             todo = len(fair.search(row, score)[0])
             lines.append(f"| {row.upper()} | {len(mine)} ({todo} next) | {so_far} | searching "
-                         f"| | | | {paper} |")  # fmt: skip
+                         f"| | | | {paper} | {fastest} | |")  # fmt: skip
             continue
         cells = row_cells(row, pick, done)
+        epochs = sorted(c["epochs_run"] for c in cells)
         lines.append(f"| {row.upper()} | {len(mine)} | {so_far} | {pick.tag} | "
                      f"{lr_inside(row, pick, done)} | {len(cells)} | "
-                     f"{_mean_std([c['dev']['rsum'] for c in cells])} | {paper} |")  # fmt: skip
+                     f"{_mean_std([c['dev']['rsum'] for c in cells])} | {paper} | {fastest} | "
+                     f"{epochs[0]}-{epochs[-1]} |")  # fmt: skip
     lines += ["", "| claim (fair protocol) | ours: better - worse (mean ± se, t) | seeds | "
               "verdict |", "|---|---|---|---|"]  # fmt: skip
     lines += [f"| {t} | {fig} | {n} | {v} |" for t, fig, n, v in claim_rows(done)]

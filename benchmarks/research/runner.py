@@ -80,16 +80,26 @@ def write_cell(folder: Path, name: str, record: dict) -> None:
 
 def run_log(run: Path) -> tuple[list[dict], list[dict], float]:
     """``(epochs, events, train seconds)`` from a finished run's folder: the epochs from
-    ``metrics.jsonl``, the events (decays, early stop, switch) from the last epoch's
-    training state. The trainer's own clock runs on across a resume, which
+    ``metrics.jsonl`` (one record each: a resumed run repeats the epoch it was killed in,
+    and its last record is the run's), the events (decays, early stop, switch) from the
+    last epoch's training state. The trainer's own clock runs on across a resume, which
     ``done.json``'s does not."""
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    epochs = [e for e in lines if "event" not in e]
+    by_epoch = {e["epoch"]: e for e in lines if "event" not in e}
+    epochs = [by_epoch[k] for k in sorted(by_epoch)]
     last = json.loads((run / "last.json").read_text())["path"]
     events = json.loads((run / last / "state.json").read_text()).get("events", [])
     state = json.loads((run / "done.json").read_text())
     seconds = max(state["seconds"], max((e.get("seconds", 0) for e in epochs), default=0))
     return epochs, events, seconds
+
+
+def epoch_seconds(epochs: list[dict]) -> list[float]:
+    """Each epoch's training time, from the trainer's clock (``seconds``, cumulative, in
+    every epoch record; a repeated epoch's last record counts, as in :func:`run_log`)."""
+    by_epoch = {e["epoch"]: e["seconds"] for e in epochs}
+    clock = [by_epoch[k] for k in sorted(by_epoch)]
+    return [round(b - a, 1) for a, b in zip([0.0, *clock[:-1]], clock, strict=True)]
 
 
 def phases(epochs: list[dict]) -> dict[str, int]:
@@ -147,6 +157,8 @@ def run_fair_cell(cell: fair.FairCell | fair.InstCell) -> dict:
         "train_seconds": round(seconds, 1),
         # this runner's part only: a resumed run's earlier part is in train_seconds
         "wall_seconds": round(time.perf_counter() - t0, 1),
+        # per epoch, so that a stretch of shared CPU can be told from the run's own cost
+        "epoch_seconds": epoch_seconds(epochs),
         "epochs_run": len(epochs),
         "best_epoch": best.get("epoch"),
         "events": events,
@@ -239,6 +251,29 @@ def add_order_stats(done: dict[str, dict]) -> None:
             {"date": dt.date.today().isoformat(), "field": "order_stats"})  # fmt: skip
         write_cell(CELLS, name, c)
         print(f"{name}: order_stats added")
+
+
+def add_epoch_seconds(done: dict[str, dict]) -> None:
+    """Add ``epoch_seconds`` to the recorded fair cells that lack it (those recorded
+    before the runner kept it), from their runs, where the run is on this machine and
+    its epochs are the ones recorded."""
+    for name, c in done.items():
+        if "epoch_seconds" in c:
+            continue
+        run = RUNS / name
+        if not (run / "metrics.jsonl").is_file():
+            print(f"{name}: its run is not on this machine; left as recorded")
+            continue
+        per_epoch = epoch_seconds(run_log(run)[0])
+        if len(per_epoch) != c["epochs_run"]:
+            print(f"{name}: its run has {len(per_epoch)} epochs, the record "
+                  f"{c['epochs_run']}; left as recorded")  # fmt: skip
+            continue
+        c["epoch_seconds"] = per_epoch
+        c.setdefault("added", []).append(
+            {"date": dt.date.today().isoformat(), "field": "epoch_seconds"})  # fmt: skip
+        write_cell(FAIR_CELLS, name, c)
+        print(f"{name}: epoch_seconds added")
 
 
 # ------------------------------------------------------------ the loop

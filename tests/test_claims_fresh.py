@@ -43,9 +43,9 @@ def test_claims_md_is_what_the_cells_give(done, fair_done):
     assert made == committed, "docs/claims.md is stale; " + _first_difference(committed, made)
 
 
-def test_readme_block_is_what_the_cells_give(done):
+def test_readme_block_is_what_the_cells_give(done, fair_done):
     committed = (ROOT / "README.md").read_text()
-    made = report.with_readme_block(committed, done)
+    made = report.with_readme_block(committed, done, fair_done)
     assert made is not None, "README.md has lost its claims markers"
     assert made == committed, "the README's claims block is stale; " + _first_difference(
         committed, made

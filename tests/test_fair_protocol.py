@@ -102,13 +102,16 @@ def test_each_setting_is_set_once_and_the_curriculum_rows_get_their_rates():
 
 
 def test_the_report_section_reads_the_cells():
-    assert fair_report.section({}) == []
+    assert fair_report.section({}) == [] and fair_report.readme_line({}) is None
     peaked = _peaked(-6)
     done, _ = _run_grid(lambda c: peaked(c) + (20 if c.feature == "fc7" else 0),
                         ("fne-sh", "fc7-sh", "fnef-sh"))  # fmt: skip
     text = "\n".join(fair_report.section(done))
     assert "| FC7-SH | " in text and "lr0.001-nnone-d0.2-m1 | yes | 3 |" in text
     assert "| 40 s | 13-13 |" in text  # the row's fastest epoch; its seeds' epochs run
+    line = fair_report.readme_line(done)
+    assert "3 of 18 rows searched, dev rsum FNE-SH 299.0 (paper 261.6), 3 of 3 seeds;" in line
+    assert "FNE beats the one-layer embedding (SH) one model: fails;" in line
     sh = "| FNE beats the one-layer embedding (SH), fair protocol |"
     assert f"{sh} -20.0 ± 0.0 | 3 | one model: fails |" in text
     assert "| FNE beats the one-layer embedding (MH), fair protocol | — | 0 | not yet run |" in text

@@ -85,6 +85,35 @@ def verdicts(done: dict[str, dict]) -> dict[str, str]:
     return {title: v.split(" (")[0] for title, _, _, v in claim_rows(done)}
 
 
+def readme_line(done: dict[str, dict]) -> str | None:
+    """The README's line on this protocol (None until its first cell): the rows whose
+    search is over, each against the paper's rsum, and the FNE claims with a verdict."""
+    t2 = {n: c for n, c in done.items() if "family" not in c}
+    if not t2:
+        return None
+    picked = {}
+    for row in fair.rows():
+        pick = fair.chosen(row, t2)
+        if pick is not None and (cells := row_cells(row, pick, t2)):
+            picked[row] = cells
+
+    def fig(row: str) -> str:
+        xs = [c["dev"]["rsum"] for c in picked[row]]
+        feature, pipeline = row.split("-")
+        name = {"fnef": "float FNE"}.get(feature, feature.upper()) + f"-{pipeline.upper()}"
+        paper = f" (paper {sum(PAPER[row]):.1f})" if row in PAPER else ""
+        seeds = f"{len(xs)} of {len(fair.seeds(row))} seeds"
+        return f"{name} {sum(xs) / len(xs):.1f}{paper}, {seeds}"
+
+    rows = "; ".join(fig(r) for r in picked) or "none yet"
+    said = [f"{t.removesuffix(FAIR)} {v}" for t, _, _, v in claim_rows(done)
+            if v != "not yet run" and not t.startswith(("MOE's", "POE starts"))]  # fmt: skip
+    return (f"* Under the fair protocol (each row's learning rate, input normalisation, "
+            f"dropout and margin chosen on the slice, trained to convergence): "
+            f"{len(picked)} of {len(fair.rows())} rows searched, dev rsum {rows}. Claims with "
+            f"a verdict: {'; '.join(said) or 'none yet (they need three seeds)'}.")  # fmt: skip
+
+
 def inst_name(family: str, setting: str, seed: int) -> str:
     return fair.InstCell(family, setting, seed).name
 

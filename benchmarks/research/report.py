@@ -688,19 +688,23 @@ def _fne_line(tested: dict[str, tuple[str, float, float, bool, bool]]) -> str:
     return text
 
 
-def with_readme_block(text: str, done: dict[str, dict]) -> str | None:
+def with_readme_block(
+    text: str, done: dict[str, dict], fair_done: dict[str, dict] | None = None
+) -> str | None:
     """``text`` (the README) with its block between the claims markers made anew from
-    ``done``; None if it has no such block."""
+    ``done`` and ``fair_done``; None if it has no such block."""
     if README_BEGIN not in text or README_END not in text:
         return None
     head, rest = text.split(README_BEGIN, 1)
     _, tail = rest.split(README_END, 1)
-    return head + "\n".join([README_BEGIN, *readme_lines(done), README_END]) + tail
+    fair = fair_report.readme_line(fair_done or {})
+    lines = [README_BEGIN, *readme_lines(done), *([fair] if fair else []), README_END]
+    return head + "\n".join(lines) + tail
 
 
-def update_readme(done: dict[str, dict], path: Path) -> bool:
+def update_readme(done: dict[str, dict], fair_done: dict[str, dict], path: Path) -> bool:
     """Replace the README's block between the claims markers; False if it has none."""
-    text = with_readme_block(path.read_text(), done)
+    text = with_readme_block(path.read_text(), done, fair_done)
     if text is not None:
         path.write_text(text)
     return text is not None
@@ -729,7 +733,7 @@ def write(done: dict[str, dict], fair_done: dict[str, dict], root: Path = ROOT) 
     drawn = plot_table2(done, root / "docs" / "claims.png")
     out.write_text(claims_text(done, fair_done, figure=drawn))
     print(f"wrote {out}")
-    if update_readme(done, root / "README.md"):
+    if update_readme(done, fair_done, root / "README.md"):
         print(f"updated the claims lines of {root / 'README.md'}")
 
 

@@ -3,7 +3,7 @@
     python benchmarks/research/claims.py                # docs/claims.md, claims.png, README
     python benchmarks/research/claims.py --run fair     # train the fair grid's missing cells
     python benchmarks/research/claims.py --list fair    # print them, in order
-    python benchmarks/research/claims.py --run fair --only fair-inst  # only MOE's starts
+    python benchmarks/research/claims.py --run fair --only fair-inst  # only MOE's and POE's starts
 
 Three parts, one module each: the protocols as data and rules (``protocol.py``, the first
 protocol, cells in ``benchmarks/claims/``; ``families.py``, the claims beyond Table 2;

@@ -56,9 +56,9 @@ the order listed):
    stage's best, so no chosen learning rate sits at an edge of what was tried at that
    recipe. (A row whose best stays at ``LR_BOUNDS`` is reported as such.)
 
-Then the chosen recipe runs with seeds 1 and 2 (and 3, 4 for MOE: the instability claim
-counts over five). Claims compare rows seed by seed, with the first protocol's declared
-test (``protocol.py``).
+Then the chosen recipe runs with seeds 1 and 2 (and 3, 4 for MOE, whose starts are
+fragile: its row's mean rests on five). Claims compare rows seed by seed over seeds 0-2,
+with the first protocol's declared test (``protocol.py``).
 
 **Order.** The grid takes days on two cores and runs in parts, so the most informative cells
 come first: the searches of FNE-SH, FC7-SH and FNEF-SH side by side (whether the FNE loses
@@ -80,8 +80,9 @@ setting's own margin, learning rate and ``abs``. A run is judged, as there, on t
 it ends with (``dev_last``), and a POE run must have reached L_M (``families.started``).
 The two claims ("MOE's starts depend on its settings", "POE starts where MOE fails to")
 take the first protocol's rules (``families.moe_verdicts``). These cells (``InstCell``,
-``fair-inst-...``) come after every Table 2 cell in the order; a runner started with
-``--only fair-inst`` takes them first. Scheduling reads no dev figure.
+``fair-inst-...``) are listed after every Table 2 cell, so a runner takes one only when
+no Table 2 cell is free (with two runners, they can overlap the last Table 2 cells); a
+runner started with ``--only fair-inst`` takes only them. Scheduling reads no dev figure.
 **Scheduled since** (in ``families.py``, ``W2VV_TESTS``, run by ``claims.py --run first``
 with the first protocol's family jobs, three seeds each): Word2VisualVec with an
 FNE-float target, and with this protocol's early stopping at this cap.
@@ -89,7 +90,11 @@ FNE-float target, and with this protocol's early stopping at this cap.
 **Cells.** ``benchmarks/research/cells_fair/fair-<row>-<recipe>-s<seed>.json``; each
 records its search ``recipe``, its effective configuration once (the resolved config the
 run trained with), the epochs run, the events (decays, early stop), ``hit_cap``, train and
-wall seconds, the machine, the commit, and the slice and dev metrics.
+wall seconds and each epoch's training time (``epoch_seconds``), the machine, the commit,
+and the slice and dev metrics. The instability runs,
+``fair-inst-<family>-<variant>-s<seed>.json``, record ``family``, ``variant`` (e.g.
+``fne-bl-abs``) and ``setting`` (its learning rate, margin and ``abs``) in place of
+``recipe``, and also ``dev_last`` and ``order_stats`` (``scoring.score``).
 """
 
 from __future__ import annotations

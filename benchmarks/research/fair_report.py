@@ -1,7 +1,8 @@
 """The fair protocol's part of docs/claims.md, from its recorded cells alone: each row's
 search so far, its chosen recipe and seeds, whether the chosen learning rate is inside
-what was tried, the FNE claims under this protocol, and MOE's instability counted at its
-budget. Empty until its first cell."""
+what was tried, the claims under this protocol (the FNE's, and the first protocol's
+pipeline claims re-tested), and MOE's instability counted at its budget. Empty until its
+first cell."""
 
 from __future__ import annotations
 
@@ -114,14 +115,14 @@ def readme_line(done: dict[str, dict]) -> str | None:
             f"a verdict: {'; '.join(said) or 'none yet (they need three seeds)'}.")  # fmt: skip
 
 
-def inst_name(family: str, setting: str, seed: int) -> str:
-    return fair.InstCell(family, setting, seed).name
+def inst_name(family: str, variant: str, seed: int) -> str:
+    return fair.InstCell(family, variant, seed).name
 
 
 def inst_section(inst: dict[str, dict], first: dict[str, dict]) -> list[str]:
     """MOE's instability at this protocol's budget: per setting, the runs that started,
     beside the first protocol's 4-epoch count (from ``first``, its cells) and the
-    paper's; then the two claims by the first protocol's rules."""
+    paper's (the two claims are in :func:`claim_rows`)."""
     lines = ["", "### MOE's instability at this budget", "",
              "The first protocol's six settings and five seeds, each run stopped by the slice "
              f"(patience {fair.PATIENCE_ORDER_MAX}, one decay, cap {fair.EPOCH_CAP} epochs) "
@@ -201,6 +202,7 @@ def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list
     if inst:
         lines += inst_section(inst, first or {})
     lines += ["", "### The fair protocol's cells", "",
+              "An instability run's dev rsum is its last model's, which it is judged on.", "",
               "| cell | slice rsum (selects) | dev rsum (reported) | best epoch / epochs run "
               "| lr decays | ended by | train time | commit |",
               "|---|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -208,7 +210,8 @@ def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list
         events = [e["event"] for e in c["events"]]
         ended = ("the cap" if c["hit_cap"] else "early stop" if "early stop" in events
                  else "—")  # fmt: skip
-        lines.append(f"| {name} | {c['slice']['rsum']:.1f} | {c['dev']['rsum']:.1f} | "
+        dev = c["dev_last" if "family" in c else "dev"]["rsum"]
+        lines.append(f"| {name} | {c['slice']['rsum']:.1f} | {dev:.1f} | "
                      f"{c['best_epoch']} / {c['epochs_run']} | "
                      f"{events.count('lr decay on plateau')} | {ended} | "
                      f"{c['train_seconds'] / 60:.0f} min | {c['git_commit'][:7]} |")  # fmt: skip

@@ -301,13 +301,14 @@ def lite0_rsum(feat: str, grid) -> Callable[[dict[str, dict], int], float | None
     return get
 
 
-#: a grid's name for the instability run ``(family, setting, seed)``
+#: a grid's name for the instability run ``(family, variant, seed)``, the variant being
+#: FEATURE-SETTING, e.g. ``fc7-bl``
 RunName = Callable[[str, str, int], str]
 
 
-def first_name(family: str, setting: str, seed: int) -> str:
+def first_name(family: str, variant: str, seed: int) -> str:
     """The first protocol's name of an instability run."""
-    return Job(family, setting, seed, "").name
+    return Job(family, variant, seed, "").name
 
 
 def moe_starts(

@@ -80,8 +80,9 @@ def write_cell(folder: Path, name: str, record: dict) -> None:
 
 def run_log(run: Path) -> tuple[list[dict], list[dict], float]:
     """``(epochs, events, train seconds)`` from a finished run's folder: the epochs from
-    ``metrics.jsonl`` (one record each: a resumed run repeats the epoch it was killed in,
-    and its last record is the run's), the events (decays, early stop, switch) from the
+    ``metrics.jsonl`` (one record each: the trainer drops the records past its last
+    checkpoint when it resumes, and this keeps an epoch's last record should one still
+    repeat), the events (decays, early stop, switch) from the
     last epoch's training state. The trainer's own clock runs on across a resume, which
     ``done.json``'s does not."""
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
@@ -261,7 +262,7 @@ def add_epoch_seconds(done: dict[str, dict]) -> None:
         if "epoch_seconds" in c:
             continue
         run = RUNS / name
-        if not (run / "metrics.jsonl").is_file():
+        if not (run / "done.json").is_file():
             print(f"{name}: its run is not on this machine; left as recorded")
             continue
         per_epoch = epoch_seconds(run_log(run)[0])

@@ -85,7 +85,8 @@ no Table 2 cell is free (with two runners, they can overlap the last Table 2 cel
 runner started with ``--only fair-inst`` takes only them. Scheduling reads no dev figure.
 **Scheduled since** (in ``families.py``, ``W2VV_TESTS``, run by ``claims.py --run first``
 with the first protocol's family jobs, three seeds each): Word2VisualVec with an
-FNE-float target, and with this protocol's early stopping at this cap.
+FNE-float target, and with this protocol's early stopping at this cap; and (declared on
+2026-11-26) with the FNE's ternary target narrowed to pool5's block.
 
 **Cells.** ``benchmarks/research/cells_fair/fair-<row>-<recipe>-s<seed>.json``; each
 records its search ``recipe``, its effective configuration once (the resolved config the

@@ -20,7 +20,10 @@ claims its cells test. Every run selects its epoch on the 500 train images carve
   standardised floats (``fne[t=none]``) at the same ``W2VV_EPOCHS`` (is the ternary
   target what costs?), and bag-of-words into pool5 and into the FNE each trained to
   convergence, with the fair protocol's stopping (``CONVERGED``: reduce on plateau, then
-  stop, cap 60 epochs; is the equal epoch budget what costs?).
+  stop, cap 60 epochs; is the equal epoch budget what costs?). Declared on 2026-11-26,
+  before its cells ran, a third: bag-of-words into the FNE's ternary target narrowed to
+  pool5's block (``fne[layers=layer4.2]``, 2,048 values against 15,168) at the same
+  ``W2VV_EPOCHS`` (is the target's width what costs?).
 - **reg** (the caption-retrieval report's baseline, 002): ridge regression from a
   caption's mean GloVe vector to pool5 (``configs/flickr8k-regression.yaml``, closed
   form, so every seed gives the same model), scored with one query per caption and with
@@ -77,6 +80,7 @@ W2VV_TESTS = {
     "bow-fnef": (W2VV_RUNS["bow-fne"], ("data.features=fne[t=none]", *EQUAL)),
     "bow-pool5-conv": (W2VV_RUNS["bow-pool5"], CONVERGED),
     "bow-fne-conv": (W2VV_RUNS["bow-fne"], CONVERGED),
+    "bow-fne-pool5block": (W2VV_RUNS["bow-fne"], ("data.features=fne[layers=layer4.2]", *EQUAL)),
 }
 
 
@@ -484,6 +488,10 @@ def family_claims(
                     "(bag-of-words input): tests the equal-budget explanation", "000 + 004",
                     "dev rsum", dev("w2vv", "bow-fne-conv", "rsum"),
                     dev("w2vv", "bow-pool5-conv", "rsum")),
+        FamilyClaim("A narrower FNE target helps: pool5's block beats every block, both "
+                    "ternarised (bag-of-words input, equal epochs): tests the target-width "
+                    "explanation", "issue 41", "dev rsum",
+                    dev("w2vv", "bow-fne-pool5block", "rsum"), dev("w2vv", "bow-fne", "rsum")),
         FamilyClaim("Baseline + weight beats the baseline", "002 Table 1", "dev t2i R@1",
                     dev("reg", "ridge-glove", "weighted", "t2i_r1"),
                     dev("reg", "ridge-glove", "t2i_r1"),

@@ -46,6 +46,7 @@ from .explanations import (
     EXPLAIN_LITE0,
     EXPLAIN_TERNARY,
     EXPLAIN_THRESHOLDS,
+    EXPLAIN_W2VV_CONV,
     EXPLAIN_W2VV_FNE,
     NOTE_ALPHA0,
     NOTE_W2V,
@@ -487,7 +488,7 @@ def family_claims(
         FamilyClaim("FNE targets beat pool5 targets, each trained to convergence "
                     "(bag-of-words input): tests the equal-budget explanation", "000 + 004",
                     "dev rsum", dev("w2vv", "bow-fne-conv", "rsum"),
-                    dev("w2vv", "bow-pool5-conv", "rsum")),
+                    dev("w2vv", "bow-pool5-conv", "rsum"), EXPLAIN_W2VV_CONV),
         FamilyClaim("A narrower FNE target helps: pool5's block beats every block, both "
                     "ternarised (bag-of-words input, equal epochs): tests the target-width "
                     "explanation", "issue 41", "dev rsum",

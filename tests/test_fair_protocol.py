@@ -111,7 +111,7 @@ def test_the_report_section_reads_the_cells():
     assert "| 40 s | 13-13 |" in text  # the row's fastest epoch; its seeds' epochs run
     line = fair_report.readme_line(done)
     assert "3 of 18 rows searched, dev rsum FNE-SH 299.0 (paper 261.6), 3 of 3 seeds;" in line
-    assert "FNE beats the one-layer embedding (SH) one model: fails;" in line
+    assert "FNE beats the one-layer embedding: SH one model: fails;" in line
     sh = "| FNE beats the one-layer embedding (SH), fair protocol |"
     assert f"{sh} -20.0 ± 0.0 | 3 | one model: fails |" in text
     assert "| FNE beats the one-layer embedding (MH), fair protocol | — | 0 | not yet run |" in text

@@ -215,7 +215,7 @@ def _fair_fne(p: str) -> tuple[str, ...]:
     against pool5."""
     return (
         f"FNE beats the one-layer embedding ({p}){FAIR}",
-        f"The FNE's ternarisation helps: FNE beats float FNE ({p}){FAIR}",
+        f"Ternary FNE beats float FNE ({p}){FAIR}",
         f"Float FNE beats the one-layer embedding ({p}){FAIR}",
     )
 

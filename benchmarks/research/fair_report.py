@@ -48,7 +48,7 @@ CLAIMS = [
       for p in fair.PIPELINES),
     *((f"Float FNE beats the one-layer embedding ({p.upper()}){FAIR}", f"fnef-{p}",
        f"fc7-{p}") for p in fair.PIPELINES),
-    *((f"The FNE's ternarisation helps: FNE beats float FNE ({p.upper()}){FAIR}", f"fne-{p}",
+    *((f"Ternary FNE beats float FNE ({p.upper()}){FAIR}", f"fne-{p}",
        f"fnef-{p}") for p in fair.PIPELINES),
     # the first protocol's pipeline claims, each row now tuned and trained to convergence
     *((f"{a.upper()} beats {b.upper()} ({f.upper()}){FAIR}", f"{f}-{a}", f"{f}-{b}")
@@ -107,8 +107,12 @@ def readme_line(done: dict[str, dict]) -> str | None:
         return f"{name} {sum(xs) / len(xs):.1f}{paper}, {seeds}"
 
     rows = "; ".join(fig(r) for r in picked) or "none yet"
-    said = [f"{t.removesuffix(FAIR)} {v}" for t, _, _, v in claim_rows(done)
-            if v != "not yet run" and not t.startswith(("MOE's", "POE starts"))]  # fmt: skip
+    by_claim: dict[str, list[str]] = {}  # "FNE beats ... (SH)" -> "FNE beats ...": ["SH ..."]
+    for t, _, _, v in claim_rows(done):
+        base, _, where = t.removesuffix(FAIR).rpartition(" (")
+        if v != "not yet run" and base and not t.startswith(("MOE's", "POE starts")):
+            by_claim.setdefault(base, []).append(f"{where.rstrip(')')} {v}")
+    said = [f"{base}: {', '.join(vs)}" for base, vs in by_claim.items()]
     return (f"* Under the fair protocol (each row's learning rate, input normalisation, "
             f"dropout and margin chosen on the slice, trained to convergence): "
             f"{len(picked)} of {len(fair.rows())} rows searched, dev rsum {rows}. Claims with "

@@ -224,3 +224,41 @@ def test_run_log_keeps_one_record_per_epoch(tmp_path):
     epochs, got, seconds = runner.run_log(tmp_path)
     assert [e["rsum"] for e in epochs] == [1.0, 3.0, 4.0] and got == events
     assert seconds == 150.0 and runner.epoch_seconds(epochs) == [50.0, 47.0, 53.0]
+
+
+def test_an_instability_run_is_recorded_with_its_family_and_judged_on_its_last_model(
+    tmp_path, monkeypatch
+):
+    """run_fair_cell's record for an InstCell (training and scoring stubbed): the keys
+    the report and families.started read, and the settings the run was given."""
+    import json
+
+    from research import runner
+
+    cell = fair.InstCell("poe", "fne-bl-abs", 3)
+    run = tmp_path / cell.name
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"config": {"resolved": True}}))
+    (run / "best.json").write_text(json.dumps({"epoch": 4}))
+    given, written = {}, {}
+    monkeypatch.setattr(runner, "RUNS", tmp_path)
+    monkeypatch.setattr(runner, "train_run", lambda r, cfg, sets, root, collapsed_ok: given.update(
+        run=r, config=cfg, sets=sets))  # fmt: skip
+    epochs = [{"epoch": e, "seconds": 30.0 * (e + 1), "phase": "sum" if e < 3 else "max"}
+              for e in range(9)]  # fmt: skip
+    monkeypatch.setattr(runner, "run_log", lambda r: (epochs, [{"event": "early stop"}], 270.0))
+    scores = {"slice": {"rsum": 40.0}, "dev": {"rsum": 35.0}, "dev_last": {"rsum": 4.0}}
+    monkeypatch.setattr(runner.scoring, "score", lambda c, r: scores)
+    monkeypatch.setattr(runner, "write_cell", lambda folder, name, rec: written.update(rec))
+    monkeypatch.setattr(runner, "git_commit", lambda: "0" * 40)
+    monkeypatch.setattr(runner, "machine", lambda: {"cpu": "test"})
+    rec = runner.run_fair_cell(cell)
+    assert given["run"] == run and given["config"] == "configs/flickr8k-fne-poe.yaml"
+    assert "model.abs=true" in given["sets"] and "train.lr_max_phase=null" in given["sets"]
+    assert written == rec and rec["cell"] == cell.name and "recipe" not in rec
+    assert (rec["family"], rec["variant"], rec["row"]) == ("poe", "fne-bl-abs", "fne-poe")
+    assert rec["setting"] == {"lr": 2e-4, "margin": 0.2, "abs": True}
+    assert rec["phases"] == {"sum": 3, "max": 6} and rec["epoch_seconds"] == [30.0] * 9
+    assert rec["config"] == {"resolved": True} and rec["best_epoch"] == 4
+    # judged on the last model (dev rsum 4), not the best epoch's 35: it did not start
+    assert rec["started"] is False and not rec["hit_cap"]

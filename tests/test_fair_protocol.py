@@ -67,6 +67,14 @@ def test_the_fne_rows_search_each_normalisation_and_moe_runs_five_seeds():
     assert len(fair_report.row_cells("fne-moe", pick, done)) == 5
 
 
+def test_a_dropout_at_the_top_of_its_grid_is_named():
+    done, _ = _run_grid(_peaked(-6, dropout_best=0.9), ("fc7-sh",))
+    assert fair.chosen("fc7-sh", done).dropout == 0.5
+    text = "\n".join(fair_report.section(done))
+    assert "(0, 0.2, 0.5), which the protocol does not grow" in text
+    assert "learning rate's: FC7-SH sit at its top" in text
+
+
 def test_a_learning_rate_at_the_bound_is_reported_as_such():
     done, _ = _run_grid(_peaked(-20), ("fc7-sh",))
     pick = fair.chosen("fc7-sh", done)
@@ -109,6 +117,7 @@ def test_the_report_section_reads_the_cells():
     text = "\n".join(fair_report.section(done))
     assert "| FC7-SH | " in text and "lr0.001-nnone-d0.2-m1 | yes | 3 |" in text
     assert "| 40 s | 13-13 |" in text  # the row's fastest epoch; its seeds' epochs run
+    assert "sit at its top" not in text  # the synthetic rows chose dropout 0.2
     line = fair_report.readme_line(done)
     assert "3 of 18 rows searched, dev rsum FNE-SH 299.0 (paper 261.6), 3 of 3 seeds;" in line
     assert "FNE beats the one-layer embedding: SH one model: fails;" in line

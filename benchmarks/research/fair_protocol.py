@@ -86,7 +86,8 @@ runner started with ``--only fair-inst`` takes only them. Scheduling reads no de
 **Scheduled since** (in ``families.py``, ``W2VV_TESTS``, run by ``claims.py --run first``
 with the first protocol's family jobs, three seeds each): Word2VisualVec with an
 FNE-float target, and with this protocol's early stopping at this cap; and (declared on
-2026-11-26) with the FNE's ternary target narrowed to pool5's block.
+2026-11-26) with the FNE's ternary target narrowed to pool5's block, and (declared on
+2026-11-27) with pool5's block as standardised floats.
 
 **Cells.** ``benchmarks/research/cells_fair/fair-<row>-<recipe>-s<seed>.json``; each
 records its search ``recipe``, its effective configuration once (the resolved config the

@@ -23,7 +23,10 @@ claims its cells test. Every run selects its epoch on the 500 train images carve
   stop, cap 60 epochs; is the equal epoch budget what costs?). Declared on 2026-11-26,
   before its cells ran, a third: bag-of-words into the FNE's ternary target narrowed to
   pool5's block (``fne[layers=layer4.2]``, 2,048 values against 15,168) at the same
-  ``W2VV_EPOCHS`` (is the target's width what costs?).
+  ``W2VV_EPOCHS`` (is the target's width what costs?). And, declared on 2026-11-27
+  before its cells ran, pool5's block as standardised floats (``fne[layers=layer4.2;
+  t=none]``) at the same budget, between the narrowed ternary target and L2 pool5 (what
+  do ternarising and standardising pool5's block cost?).
 - **reg** (the caption-retrieval report's baseline, 002): ridge regression from a
   caption's mean GloVe vector to pool5 (``configs/flickr8k-regression.yaml``, closed
   form, so every seed gives the same model), scored with one query per caption and with
@@ -82,6 +85,10 @@ W2VV_TESTS = {
     "bow-pool5-conv": (W2VV_RUNS["bow-pool5"], CONVERGED),
     "bow-fne-conv": (W2VV_RUNS["bow-fne"], CONVERGED),
     "bow-fne-pool5block": (W2VV_RUNS["bow-fne"], ("data.features=fne[layers=layer4.2]", *EQUAL)),
+    "bow-fne-pool5block-float": (
+        W2VV_RUNS["bow-fne"],
+        ("data.features=fne[layers=layer4.2;t=none]", *EQUAL),
+    ),
 }
 
 
@@ -493,6 +500,14 @@ def family_claims(
                     "ternarised (bag-of-words input, equal epochs): tests the target-width "
                     "explanation", "issue 41", "dev rsum",
                     dev("w2vv", "bow-fne-pool5block", "rsum"), dev("w2vv", "bow-fne", "rsum")),
+        FamilyClaim("Pool5's block as standardised floats beats it ternarised (bag-of-words "
+                    "input, equal epochs): tests the ternarisation on a narrow target",
+                    "issue 41", "dev rsum", dev("w2vv", "bow-fne-pool5block-float", "rsum"),
+                    dev("w2vv", "bow-fne-pool5block", "rsum")),
+        FamilyClaim("L2-normalised pool5 beats pool5's block as standardised floats "
+                    "(bag-of-words input, equal epochs): tests the standardisation",
+                    "issue 41", "dev rsum", dev("w2vv", "bow-pool5", "rsum"),
+                    dev("w2vv", "bow-fne-pool5block-float", "rsum")),
         FamilyClaim("Baseline + weight beats the baseline", "002 Table 1", "dev t2i R@1",
                     dev("reg", "ridge-glove", "weighted", "t2i_r1"),
                     dev("reg", "ridge-glove", "t2i_r1"),

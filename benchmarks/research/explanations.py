@@ -130,25 +130,32 @@ EXPLAIN_W2VV_FNE = (
     "Word2VisualVec regresses a caption onto the image's feature vector itself and ranks "
     "images by cosine against the prediction, so with FNE targets it must predict the "
     "FNE's 15,168 ternary values (-1, 0, 1) from a bag of words, by mean squared error, "
-    "where with pool5 it predicts 2,048 activations. Three tests take the gap apart. Most "
-    "of it is the target's width: the FNE's ternary target narrowed to pool5's block "
-    "(2,048 values, ternarised alike) wins back more than half of the gap to pool5, so a "
-    "target over seven times wider, whose dimensions all weigh alike in the loss, is the "
-    "main cost (the test cannot tell the width from the weighting, which come together "
-    "in a uniform loss over more dimensions). The ternarisation costs something too: "
-    "float targets beat ternary ones, by much less. The equal budget in epochs does not: "
-    "trained until the slice stops improving, both targets gain a few rsum and the gap "
-    "stays. What remains between the narrowed ternary target and pool5 is pool5's block "
-    "standardised and ternarised against its L2-normalised activations; the last two "
-    "tests take it apart, with pool5's block as standardised floats between the two."
+    "where with pool5 it predicts 2,048 activations. The tests take the difference apart. "
+    "Width: the FNE's ternary target narrowed to pool5's block wins back more than half of "
+    "the gap (the test cannot tell the width from the uniform weighting of a wider "
+    "target, which come together in the loss). Ternarisation: on pool5's block, "
+    "standardised floats beat the ternary values by about as much again, while on the "
+    "full target the floats gain much less, so the two costs do not simply add. "
+    "Standardisation does not cost: pool5's block standardised beats it L2-normalised. "
+    "Nor does the equal budget in epochs: trained until the slice stops improving, both "
+    "targets gain a few rsum and the gap stays. So the FNE target loses here because it "
+    "is wide and ternary."
 )
 
 
 EXPLAIN_W2VV_CONV = (
     "This claim tests the equal-budget reading of FNE targets losing to pool5 targets, and "
     "its refutation rejects that reading: at convergence the FNE target still loses by "
-    "about as much. Why it loses at all, the other two tests answer: mostly the "
-    "target's width, and partly its ternarisation."
+    "about as much. Why it loses at all, the other tests answer: the target's width and "
+    "its ternarisation."
+)
+
+
+EXPLAIN_W2VV_STD = (
+    "This claim tests whether standardising pool5's block costs as a regression target; "
+    "its refutation says it helps. Standardised over the train images, every column has "
+    "zero mean and unit variance, so each counts alike in the squared error, where the "
+    "L2-normalised activations leave it to the few largest; that reading is untested."
 )
 
 

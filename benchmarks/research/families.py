@@ -51,6 +51,7 @@ from .explanations import (
     EXPLAIN_THRESHOLDS,
     EXPLAIN_W2VV_CONV,
     EXPLAIN_W2VV_FNE,
+    EXPLAIN_W2VV_STD,
     NOTE_ALPHA0,
     NOTE_W2V,
 )
@@ -507,7 +508,7 @@ def family_claims(
         FamilyClaim("L2-normalised pool5 beats pool5's block as standardised floats "
                     "(bag-of-words input, equal epochs): tests the standardisation",
                     "issue 41", "dev rsum", dev("w2vv", "bow-pool5", "rsum"),
-                    dev("w2vv", "bow-fne-pool5block-float", "rsum")),
+                    dev("w2vv", "bow-fne-pool5block-float", "rsum"), EXPLAIN_W2VV_STD),
         FamilyClaim("Baseline + weight beats the baseline", "002 Table 1", "dev t2i R@1",
                     dev("reg", "ridge-glove", "weighted", "t2i_r1"),
                     dev("reg", "ridge-glove", "t2i_r1"),

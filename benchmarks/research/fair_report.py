@@ -43,6 +43,12 @@ def seed_rsums(row: str, done: dict[str, dict]) -> dict[int, float]:
     return {c["seed"]: c["dev"]["rsum"] for c in row_cells(row, pick, done)}
 
 
+def split(done: dict[str, dict]) -> tuple[dict[str, dict], dict[str, dict]]:
+    """``(Table 2 cells, instability runs)``: the latter record their ``family``."""
+    t2 = {n: c for n, c in done.items() if "family" not in c}
+    return t2, {n: c for n, c in done.items() if n not in t2}
+
+
 CLAIMS = [
     *((f"FNE beats the one-layer embedding ({p.upper()}){FAIR}", f"fne-{p}", f"fc7-{p}")
       for p in fair.PIPELINES),
@@ -61,8 +67,7 @@ def claim_rows(done: dict[str, dict]) -> list[tuple[str, str, str, str]]:
     """``(title, ours, seeds or runs, verdict)`` of every claim under this protocol: the
     rows' comparisons seed by seed (the first protocol's test), then the instability
     claims (the first protocol's rules)."""
-    t2 = {n: c for n, c in done.items() if "family" not in c}
-    inst = {n: c for n, c in done.items() if "family" in c}
+    t2, inst = split(done)
     out = []
     for title, better, worse in CLAIMS:
         a, b = seed_rsums(better, t2), seed_rsums(worse, t2)
@@ -89,7 +94,7 @@ def verdicts(done: dict[str, dict]) -> dict[str, str]:
 def readme_line(done: dict[str, dict]) -> str | None:
     """The README's line on this protocol (None until its first cell): the rows whose
     search is over, each against the paper's rsum, and the FNE claims with a verdict."""
-    t2 = {n: c for n, c in done.items() if "family" not in c}
+    t2, _ = split(done)
     if not t2:
         return None
     picked = {}
@@ -158,8 +163,7 @@ def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list
     ``first``: the first protocol's cells, for the instability counts' comparison."""
     if not done:
         return []
-    inst = {n: c for n, c in done.items() if "family" in c}
-    t2 = {n: c for n, c in done.items() if "family" not in c}
+    t2, inst = split(done)
     lines = ["", "## Table 2 under the fair protocol (issue 41)", "",
              "Declared in the docstring of `benchmarks/research/fair_protocol.py` before its "
              "first cell, its cells in `benchmarks/research/cells_fair/`: each row searches "

@@ -271,3 +271,56 @@ def test_an_instability_run_is_recorded_with_its_family_and_judged_on_its_last_m
     assert rec["config"] == {"resolved": True} and rec["best_epoch"] == 4
     # judged on the last model (dev rsum 4), not the best epoch's 35: it did not start
     assert rec["started"] is False and not rec["hit_cap"]
+
+
+def test_a_gpu_cell_counts_for_the_search_and_is_marked_but_not_timed():
+    peaked = _peaked(-6)
+    done, _ = _run_grid(peaked, ("fc7-sh",))
+    name = fair.FairCell("fc7-sh", fair.Recipe(-6), 0).name
+    done[name] = done[name] | {"machine": {"gpu": "NVIDIA H100 80GB HBM3"},
+                               "epoch_seconds": [3.0] * 13}  # fmt: skip
+    text = "\n".join(fair_report.section(done))
+    assert f"| {name} | 298.0 | 298.0 | 9 / 13 | 1 | early stop | 10 min (NVIDIA H100 80GB" in text
+    assert "| 40 s | 13-13 |" in text  # the fastest epoch is still a CPU cell's 40 s
+    assert "lr0.001-nnone-d0.2-m1 | yes | 3 |" in text  # chosen, with the GPU cell's score
+
+
+def test_run_grid_takes_any_of_several_prefixes_and_starts_nothing_after_its_time(monkeypatch):
+    from types import SimpleNamespace
+
+    from research import runner
+
+    names = ("fair-fne-soe-a", "fair-fc7-soe-a", "fair-inst-moe-fne-bl-s0", "fair-fne-ph-a")
+    cells = [SimpleNamespace(name=n) for n in names]
+    ran: list[str] = []
+    done: dict[str, dict] = {}
+    monkeypatch.setattr(runner, "load_cells", lambda folder: dict(done))
+    monkeypatch.setattr(runner, "claim", lambda name: True)
+    monkeypatch.setattr(runner, "release", lambda name: None)
+
+    def run_one(c):
+        ran.append(c.name)
+        done[c.name] = {}
+        return {"cell": c.name, "slice": {"rsum": 1.0}, "dev": {"rsum": 1.0}, "wall_seconds": 1.0}
+
+    def pending(d):
+        return [c for c in cells if c.name not in d]
+
+    folder = Path("/nonexistent")
+    runner.run_grid(pending, run_one, folder, only="fair-fne-,fair-inst-moe-fne")
+    assert ran == ["fair-fne-soe-a", "fair-inst-moe-fne-bl-s0", "fair-fne-ph-a"]
+    ran.clear(), done.clear()
+    clock = iter([0.0, 10.0, 200.0])  # the start, then before each cell
+    monkeypatch.setattr(runner.time, "monotonic", lambda: next(clock))
+    runner.run_grid(pending, run_one, folder, stop_after=2)  # 2 minutes: one cell starts
+    assert ran == ["fair-fne-soe-a"]
+
+
+def test_a_cell_made_in_a_copy_without_git_takes_its_commit_from_the_environment(
+    tmp_path, monkeypatch
+):
+    from research import runner
+
+    monkeypatch.setattr(runner, "ROOT", tmp_path)  # not a git work tree
+    monkeypatch.setenv("VSEKIT_GIT_COMMIT", "a" * 40)
+    assert runner.git_commit() == "a" * 40

@@ -4,6 +4,7 @@
     python benchmarks/research/claims.py --run fair     # train the fair grid's missing cells
     python benchmarks/research/claims.py --list fair    # print them, in order
     python benchmarks/research/claims.py --run fair --only fair-inst  # only MOE's and POE's starts
+    python benchmarks/research/portable.py pack DIR  # the ternary-FNE cells' inputs, to carry
 
 Three parts, one module each: the protocols as data and rules (``protocol.py``, the first
 protocol, cells in ``benchmarks/claims/``; ``families.py``, the claims beyond Table 2;
@@ -30,7 +31,11 @@ def main() -> None:
     ap.add_argument("--run", choices=GRIDS, help="train the grid's missing cells")
     ap.add_argument("--list", choices=GRIDS, help="print the grid's pending cells and stop")
     ap.add_argument("--max-cells", type=int, default=0, help="stop after this many (0: all)")
-    ap.add_argument("--only", default="", help="only cells whose name starts with this")
+    ap.add_argument(
+        "--only", default="", help="only cells whose name starts with this (comma-separated: any)"
+    )
+    ap.add_argument("--stop-after", type=float, default=0, metavar="MIN",
+                    help="start no cell after this many minutes (0: no limit)")  # fmt: skip
     ap.add_argument("--add-lengths", action="store_true",
                     help="add recall by caption length to the recorded cells of the "
                     "regression report's rows that lack it (from their runs)")  # fmt: skip
@@ -53,7 +58,7 @@ def main() -> None:
             print(c.name)
         return
     if args.run == "fair":
-        runner.run_fair(args.max_cells, args.only)
+        runner.run_fair(args.max_cells, args.only, args.stop_after)
     elif args.run == "first":
         runner.run_first(args.max_cells, args.only)
     report.write(protocol.load_cells(), protocol.load_cells(fair.CELLS))

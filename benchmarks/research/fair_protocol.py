@@ -97,6 +97,12 @@ and the slice and dev metrics. The instability runs,
 ``fair-inst-<family>-<variant>-s<seed>.json``, record ``family``, ``variant`` (e.g.
 ``fne-bl-abs``) and ``setting`` (its learning rate, margin and ``abs``) in place of
 ``recipe``, and also ``dev_last`` and ``order_stats`` (``scoring.score``).
+
+**Machines** (added on 2026-11-27). A cell may train on another machine, a GPU one
+included, from what ``portable.py`` carries (ternary-FNE cells only: ``pooled.f32`` does
+not travel), under the same settings, ``train.precision`` bf16 included. It records that
+machine; the search and the seeds take its scores like any other cell's, and the rows
+table reads epoch times from CPU cells only.
 """
 
 from __future__ import annotations

@@ -158,6 +158,12 @@ def inst_section(inst: dict[str, dict], first: dict[str, dict]) -> list[str]:
     return lines
 
 
+def gpu_mark(cell: dict) -> str:
+    """`` (GPU name)`` for a cell trained on a GPU, else nothing."""
+    gpu = cell.get("machine", {}).get("gpu")
+    return f" ({gpu})" if gpu else ""
+
+
 def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list[str]:
     """Markdown lines for docs/claims.md (none while no fair cell is recorded);
     ``first``: the first protocol's cells, for the instability counts' comparison."""
@@ -176,7 +182,9 @@ def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list
              "each epoch is timed, but two runners share the machine's two cores and other "
              "work shared them at times, so a run's total time says more about the machine "
              "than about the row); its chosen recipe's epochs run, over the seeds, give the "
-             "rest.", "",
+             "rest. Cells that trained on a borrowed GPU machine (`portable.py`; the cells "
+             "table marks them) count for the search and the seeds like any other, not for "
+             "the fastest epoch.", "",
              "| row | seed-0 cells | best on the slice so far | chosen recipe | lr inside "
              "the grid | seeds | dev rsum, mean ± std | paper rsum | fastest epoch | epochs "
              "run |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -194,7 +202,8 @@ def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list
                   f"x{r['margin_scale']:g}: {best['slice']['rsum']:.1f}")  # fmt: skip
         pick = fair.chosen(row, done)
         paper = f"{sum(PAPER[row]):.1f}" if row in PAPER else "—"
-        timed = [t for c in t2.values() if c["row"] == row for t in c.get("epoch_seconds", [])]
+        timed = [t for c in t2.values() if c["row"] == row and not c.get("machine", {}).get("gpu")
+                 for t in c.get("epoch_seconds", [])]  # fmt: skip
         fastest = f"{min(timed):.0f} s" if timed else "—"
         if pick is None:
             todo = len(fair.search(row, score)[0])
@@ -230,5 +239,6 @@ def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list
         lines.append(f"| {name} | {c['slice']['rsum']:.1f} | {dev:.1f} | "
                      f"{c['best_epoch']} / {c['epochs_run']} | "
                      f"{events.count('lr decay on plateau')} | {ended} | "
-                     f"{c['train_seconds'] / 60:.0f} min | {c['git_commit'][:7]} |")  # fmt: skip
+                     f"{c['train_seconds'] / 60:.0f} min{gpu_mark(c)} | "
+                     f"{c['git_commit'][:7]} |")  # fmt: skip
     return lines

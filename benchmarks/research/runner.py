@@ -294,7 +294,7 @@ def run_grid(
     under its lock, each failure reported and skipped. ``only``: comma-separated name
     prefixes, a cell matching any of them."""
     n, failed, t0 = 0, set(), time.monotonic()
-    prefixes = tuple(only.split(","))
+    prefixes = tuple(x.strip() for x in only.split(",") if x.strip()) or ("",)
     while not (max_cells and n >= max_cells):
         if stop_after and time.monotonic() - t0 > 60 * stop_after:
             print(f"{dt.datetime.now():%Y-%m-%d %H:%M} {stop_after:g} min passed", flush=True)

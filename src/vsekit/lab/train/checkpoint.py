@@ -50,7 +50,10 @@ def optimizer_from_flat(
     for key, v in info["scalars"].items():
         idx, k = key.split(".", 1)
         state.setdefault(int(idx), {})[k] = v
+    foreach = [g.get("foreach") for g in opt.param_groups]
     opt.load_state_dict({"state": state, "param_groups": info["param_groups"]})
+    for g, f in zip(opt.param_groups, foreach, strict=True):
+        g["foreach"] = f  # how to update is this optimizer's, not the checkpoint's
 
 
 def save_epoch(

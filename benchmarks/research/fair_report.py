@@ -183,8 +183,8 @@ def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list
              "work shared them at times, so a run's total time says more about the machine "
              "than about the row); its chosen recipe's epochs run, over the seeds, give the "
              "rest. Cells that trained on a borrowed GPU machine (`portable.py`; the cells "
-             "table marks them) count for the search and the seeds like any other, not for "
-             "the fastest epoch.", "",
+             "table marks them, and a GPU's bf16 arithmetic is not a CPU's) count for the "
+             "search and the seeds, not for the fastest epoch.", "",
              "| row | seed-0 cells | best on the slice so far | chosen recipe | lr inside "
              "the grid | seeds | dev rsum, mean ± std | paper rsum | fastest epoch | epochs "
              "run |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip

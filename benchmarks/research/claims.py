@@ -16,6 +16,7 @@ runner (``runner.py``: scheduling, locks, resume; ``scoring.py``), and the repor
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -54,8 +55,12 @@ def main() -> None:
         runner.add_order_stats(protocol.load_cells())
     if args.list:
         pending, folder = GRIDS[args.list]
-        for c in pending(protocol.load_cells(folder)):
-            print(c.name)
+        names = "".join(f"{c.name}\n" for c in pending(protocol.load_cells(folder)))
+        try:
+            sys.stdout.write(names)
+            sys.stdout.flush()
+        except BrokenPipeError:  # `--list fair | head`: the reader has what it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return
     if args.run == "fair":
         runner.run_fair(args.max_cells, args.only, args.stop_after)

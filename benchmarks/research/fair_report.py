@@ -158,9 +158,14 @@ def inst_section(inst: dict[str, dict], first: dict[str, dict]) -> list[str]:
     return lines
 
 
+def gpu_of(cell: dict) -> str | None:
+    """The GPU a cell trained on, if any."""
+    return cell.get("machine", {}).get("gpu")
+
+
 def gpu_mark(cell: dict) -> str:
     """`` (GPU name)`` for a cell trained on a GPU, else nothing."""
-    gpu = cell.get("machine", {}).get("gpu")
+    gpu = gpu_of(cell)
     return f" ({gpu})" if gpu else ""
 
 
@@ -202,7 +207,7 @@ def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list
                   f"x{r['margin_scale']:g}: {best['slice']['rsum']:.1f}")  # fmt: skip
         pick = fair.chosen(row, done)
         paper = f"{sum(PAPER[row]):.1f}" if row in PAPER else "—"
-        timed = [t for c in t2.values() if c["row"] == row and not c.get("machine", {}).get("gpu")
+        timed = [t for c in t2.values() if c["row"] == row and not gpu_of(c)
                  for t in c.get("epoch_seconds", [])]  # fmt: skip
         fastest = f"{min(timed):.0f} s" if timed else "—"
         if pick is None:

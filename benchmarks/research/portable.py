@@ -4,7 +4,7 @@ there: for running a share of the grid on a borrowed machine with more cores or 
     python benchmarks/research/portable.py pack DIR       # here, from the local caches
     python benchmarks/research/portable.py unpack DIR     # there, before claims.py --run
 
-What travels (about 22 MB, within a small transfer limit):
+What travels (about 24 MB, within a small transfer limit):
 
 * ``fne.t5.xz``: the store's ``fne.i8`` ([7000, 15168] int8 in {-1, 0, 1}), five values a
   byte in base 3, xz-compressed; its sha256 is checked after unpacking.
@@ -99,13 +99,14 @@ def pack(out: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from vsekit.lab.features.store import FeatureStore
     from vsekit.lab.text.glove import load_glove
 
     store = Path(STORE).expanduser()
-    meta = json.loads((store / "meta.json").read_text())
-    n, d = int(meta["n"]), int(meta["fne_dim"])
+    fs = FeatureStore(store)
+    n, d = fs.n, fs.fne_dim
     out.mkdir(parents=True, exist_ok=True)
-    fne = np.fromfile(store / "fne.i8", np.int8).reshape(n, d)
+    fne = np.asarray(fs.fne)
     (out / "fne.t5.xz").write_bytes(lzma.compress(pack_ternary(fne), preset=6))
     for f in SMALL:
         shutil.copy2(store / f, out / f)

@@ -68,14 +68,13 @@ def release(name: str) -> None:
 def git_commit() -> str:
     """``$VSEKIT_GIT_COMMIT`` where set (a copy of the tree on another machine, whose
     ``.git``, if any, may be older than the tree), else HEAD."""
-    if os.environ.get("VSEKIT_GIT_COMMIT"):
-        return os.environ["VSEKIT_GIT_COMMIT"]
+    if commit := os.environ.get("VSEKIT_GIT_COMMIT"):
+        return commit
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-        head = out.stdout.strip() if out.returncode == 0 else ""
     except OSError:  # no git there
-        head = ""
-    return head
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
 
 
 def write_cell(folder: Path, name: str, record: dict) -> None:

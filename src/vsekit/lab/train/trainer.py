@@ -80,16 +80,14 @@ def make_optimizer(model: torch.nn.Module, t) -> torch.optim.Optimizer:
     only): on a CPU the same arithmetic element by element, bit for bit (tested), in
     fewer calls (one tensor at a time was a large share of an FNE epoch on a CPU)."""
     params = param_groups(model)
-    kw: dict = {"weight_decay": t.weight_decay, "foreach": True}
-    if t.eps is not None:
-        kw["eps"] = t.eps
+    kw = {"lr": t.lr, "weight_decay": t.weight_decay, "foreach": True}
+    eps = {} if t.eps is None else {"eps": t.eps}
     if t.optimizer in ("adam", "closed_form"):
-        return torch.optim.AdamW(params, lr=t.lr, **kw)
+        return torch.optim.AdamW(params, **kw, **eps)
     if t.optimizer == "rmsprop":
-        return torch.optim.RMSprop(params, lr=t.lr, alpha=t.rmsprop_rho, **kw)
+        return torch.optim.RMSprop(params, alpha=t.rmsprop_rho, **kw, **eps)
     if t.optimizer == "sgd":
-        kw.pop("eps", None)
-        return torch.optim.SGD(params, lr=t.lr, momentum=0.9, **kw)
+        return torch.optim.SGD(params, momentum=0.9, **kw)
     raise ValueError(
         f"train.optimizer: unknown {t.optimizer!r}; use adam | rmsprop | sgd | closed_form"
     )

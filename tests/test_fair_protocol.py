@@ -129,6 +129,15 @@ def test_the_report_section_reads_the_cells():
     assert f"| {name} | 318.0 | 318.0 | 9 / 13 | 1 | early stop | 10 min | 0000000 |" in text
 
 
+def test_a_row_with_one_seed_shows_its_rsum_without_a_spread():
+    peaked = _peaked(-6)
+    done, _ = _run_grid(lambda c: peaked(c) + 20, ("fc7-sh",))
+    done = {k: v for k, v in done.items() if not k.endswith(("-s1", "-s2"))}
+    text = "\n".join(fair_report.section(done))
+    assert "lr0.001-nnone-d0.2-m1 | yes | 1 | 320.0 | 247.2 |" in text
+    assert "± 0.0" not in text
+
+
 def test_the_instability_count_runs_last_at_this_budget_with_the_first_settings():
     inst = fair.inst_cells()
     assert len(inst) == 60 and len({c.name for c in inst}) == 60  # 2 x 6 settings x 5 seeds

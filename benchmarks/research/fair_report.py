@@ -15,8 +15,11 @@ from .protocol import PAPER, T975, verdict
 
 
 def _mean_std(xs: list[float]) -> str:
+    """Mean ± sample std; one seed has no spread to show, so it prints the value alone."""
     m = sum(xs) / len(xs)
-    sd = (sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5 if len(xs) > 1 else 0.0
+    if len(xs) == 1:
+        return f"{m:.1f}"
+    sd = (sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5
     return f"{m:.1f} ± {sd:.1f}"
 
 

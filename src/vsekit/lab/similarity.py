@@ -37,37 +37,55 @@ cosine_similarity = core.cosine
 euclidean_similarity = core.euclidean
 
 
+#: elements of one chunk's ``[n, M, D]`` difference in the training path (2 MB in float32:
+#: small enough to stay in a core's cache, so no pass over it goes to memory)
+_GRAD_CHUNK = 1 << 19
+
+
 class _OrderWithGrad(torch.autograd.Function):
     """``S[n, m] = -sum_d r[n, m, d]^2`` with ``r = max(0, txt[m] - img[n])``, and its
     gradient from ``r`` alone:
 
         dS/dimg[n, d] = 2 sum_m g[n, m] r[n, m, d]     dS/dtxt[m, d] = -2 sum_n g[n, m] r[n, m, d]
 
-    as two batched matrix products. Autograd through the elementwise formula keeps three
-    ``[N, M, D]`` intermediates and makes about a dozen passes over them; this keeps ``r``
-    and makes four. The values are the formula's to the bit; the gradients agree to
-    float32 rounding (``tests/test_losses.py``)."""
+    Both passes walk the images in chunks whose ``r`` stays in cache, and the backward
+    recomputes ``r`` instead of keeping it: autograd through the elementwise formula keeps
+    three ``[N, M, D]`` tensors and makes about a dozen passes over them in memory. The
+    values are the formula's to the bit; the gradients agree to float32 rounding
+    (``tests/test_losses.py``; ``benchmarks/order_grad_speed.py`` times both)."""
 
     @staticmethod
     def forward(ctx, img: torch.Tensor, txt: torch.Tensor) -> torch.Tensor:
-        r = (txt[None] - img[:, None]).clamp_(min=0)  # [N, M, D]
-        ctx.save_for_backward(r)
-        return -(r * r).sum(-1)
+        ctx.save_for_backward(img, txt)
+        out = img.new_empty(img.shape[0], txt.shape[0])
+        for a, r in _order_chunks(img, txt):
+            torch.sum(r.mul_(r), -1, out=out[a : a + len(r)])
+        return out.neg_()
 
     @staticmethod
     @once_differentiable
     def backward(ctx, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        (r,) = ctx.saved_tensors
-        g = g.to(r.dtype)
-        d_img = torch.bmm(g[:, None, :], r).squeeze(1).mul_(2)  # [N, 1, M] @ [N, M, D]
-        d_txt = torch.bmm(g.T[:, None, :], r.transpose(0, 1)).squeeze(1).mul_(-2)
-        return d_img, d_txt
+        img, txt = ctx.saved_tensors
+        g = g.to(img.dtype)
+        d_img, d_txt = torch.empty_like(img), torch.zeros_like(txt)
+        for a, r in _order_chunks(img, txt):
+            ga = g[a : a + len(r)]  # [n, M]
+            torch.bmm(ga[:, None, :], r, out=d_img[a : a + len(r), None, :])
+            d_txt += torch.bmm(ga.T[:, None, :], r.transpose(0, 1)).squeeze(1)  # [M, D]
+        return d_img.mul_(2), d_txt.mul_(-2)
+
+
+def _order_chunks(img: torch.Tensor, txt: torch.Tensor):
+    """``(a, r)`` with ``r = max(0, txt[None] - img[a : a + n, None])``, ``[n, M, D]``."""
+    step = max(1, _GRAD_CHUNK // max(1, txt.numel()))
+    for a in range(0, img.shape[0], step):
+        yield a, (txt[None] - img[a : a + step, None]).clamp_(min=0)
 
 
 def order_similarity(img: torch.Tensor, txt: torch.Tensor, abs: bool = False) -> torch.Tensor:
     """:func:`vsekit.similarity.order` on tensors. When a gradient is wanted (training),
-    one fused function computes it (:class:`_OrderWithGrad`, one ``[N, M, D]`` tensor
-    held); otherwise the core's chunked path, whose memory stays bounded for any N."""
+    one fused function computes it (:class:`_OrderWithGrad`); otherwise the core's
+    chunked path."""
     if not (torch.is_grad_enabled() and (img.requires_grad or txt.requires_grad)):
         return core.order(img, txt, abs_=abs)
     if abs:

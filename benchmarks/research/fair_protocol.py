@@ -107,10 +107,10 @@ table reads epoch times from CPU cells only.
 **The order similarity's gradient** (added on 2026-11-27). From the commit that adds
 ``_OrderWithGrad`` to ``vsekit.lab.similarity``, the SOE, MOE and POE cells train with a
 fused gradient of the order similarity: the same values to the bit, the same gradients to
-float32 rounding (``tests/test_losses.py``), about four times faster on this CPU
-(``benchmarks/order_grad_speed.py``). Two order cells came before it, FC7-SOE at lr 3.2e-4
-(this CPU) and FNE-SOE at lr 3.2e-3 (the GPU machine); they count like any other cell, as
-rounding differences count like the GPU's arithmetic above.
+float32 rounding (``tests/test_losses.py``), and a training step about twice as fast on
+this CPU (``benchmarks/order_grad_speed.py``). Two order cells came before it, FC7-SOE at
+lr 3.2e-4 (this CPU) and FNE-SOE at lr 3.2e-3 (the GPU machine); they count like any other
+cell, as rounding differences count like the GPU's arithmetic above.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
-"""The order similarity's fused training gradient against autograd through its formula.
+"""The order similarity's tiled values and fused training gradient against the path
+they replaced (2026-11-27): the formula in 64 MB chunks of images, autograd through it.
 
-Protocol (the order pipelines, SOE / MOE / POE, in the fair claims grid):
+Protocol (the order pipelines, SOE / MOE / POE, in the fair claims grid; ``vse search``
+with an order model):
 
 1. The similarity alone: ``S(img, txt)`` and its backward for a batch of 128 pairs in a
    512-d joint space, the image side in bf16 (autocast) and the captions in float32,
@@ -8,6 +10,8 @@ Protocol (the order pipelines, SOE / MOE / POE, in the fair claims grid):
 2. A whole training step of such a row: ``JointEmbedding`` (2,048-d pool5-sized inputs,
    a GRU over 50-d word vectors into 512-d), the sum of hinges with margin 0.05, bf16
    autocast, gradient clipping at 2, Adam; captions are the first 5,120 of Flickr8k's.
+3. Without a gradient, as evaluation and search compute it: 1,000 images against 5,000
+   captions (Flickr8k dev's size), 512-d float32, in PyTorch and in NumPy.
 
 Both paths run in the same process on the same inputs, in blocks of steps, alternating
 which goes first, after a warm-up; the median ms per step and the ratio come from that
@@ -45,23 +49,31 @@ ROOT = Path(__file__).resolve().parents[1] / "../shared/data/flickr8k"
 FUSED = lab_sim.order_similarity
 
 
-def reference(img: torch.Tensor, txt: torch.Tensor, abs: bool = False) -> torch.Tensor:
-    """Autograd through the formula: the path the training used before."""
-    return core.order(img, txt, abs_=abs)
+def previous(img, txt, abs: bool = False):
+    """The order similarity before 2026-11-27, the baseline: chunks of images whose
+    ``[n, M, D]`` difference holds up to 2^24 elements; in training, autograd through it."""
+    if abs:
+        img, txt = img.__abs__(), txt.__abs__()
+    step = max(1, (1 << 24) // max(1, txt.shape[0] * txt.shape[1]))
+    parts = [-(((txt[None] - img[a : a + step][:, None]).clip(min=0)) ** 2).sum(-1)
+             for a in range(0, img.shape[0], step)]  # fmt: skip
+    if isinstance(img, np.ndarray):
+        return np.concatenate(parts).reshape(img.shape[0], txt.shape[0])
+    return torch.cat(parts).reshape(img.shape[0], txt.shape[0])
 
 
-PATHS = {"fused": FUSED, "autograd": reference}
+PATHS = {"fused": FUSED, "autograd": previous}
 
 
-def alternate(step, rounds: int, block: int) -> dict:
+def alternate(step, rounds: int, block: int, paths=("fused", "autograd")) -> dict:
     """Median and min ms per step of ``step(path)`` for both paths, in blocks of
     ``block`` steps, alternating which path goes first."""
-    times: dict[str, list[float]] = {p: [] for p in PATHS}
-    for p in PATHS:  # warm-up
+    times: dict[str, list[float]] = {p: [] for p in paths}
+    for p in paths:  # warm-up
         for _ in range(2):
             step(p)
     for r in range(rounds):
-        for p in list(PATHS) if r % 2 == 0 else list(PATHS)[::-1]:
+        for p in list(paths) if r % 2 == 0 else list(paths)[::-1]:
             t0 = time.perf_counter()
             for _ in range(block):
                 step(p)
@@ -69,7 +81,7 @@ def alternate(step, rounds: int, block: int) -> dict:
     med = {p: 1000 * float(np.median(v)) for p, v in times.items()}
     return {"ms_per_step_median": {p: round(v, 1) for p, v in med.items()},
             "ms_per_step_min": {p: round(1000 * min(v), 1) for p, v in times.items()},
-            "speedup": round(med["autograd"] / med["fused"], 2), "rounds": rounds,
+            "speedup": round(med[paths[1]] / med[paths[0]], 2), "rounds": rounds,
             "steps_per_block": block}  # fmt: skip
 
 
@@ -132,6 +144,21 @@ def training_step(rounds: int, block: int) -> dict:
             **alternate(run, rounds, block)}  # fmt: skip
 
 
+def without_gradient(rounds: int) -> dict:
+    g = torch.Generator().manual_seed(4)
+    img, txt = torch.randn(1000, 512, generator=g), torch.randn(5000, 512, generator=g)
+    out = {"shape": "img [1000, 512], txt [5000, 512], float32, abs"}
+    for lib, (i, t) in (("torch", (img, txt)), ("numpy", (img.numpy(), txt.numpy()))):
+        paths = {"tiled": lambda i=i, t=t: core.order(i, t, abs_=True),
+                 "previous": lambda i=i, t=t: previous(i, t, abs=True)}  # fmt: skip
+        with torch.no_grad():
+            a, b = paths["tiled"](), paths["previous"]()
+            equal = torch.equal(a, b) if lib == "torch" else bool(np.array_equal(a, b))
+            timed = alternate(lambda p, f=paths: f[p](), rounds, 1, ("tiled", "previous"))
+            out[lib] = {"values_bit_equal": equal, **timed}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=6)
@@ -145,10 +172,13 @@ def main() -> None:
         "threads": 1,
         "similarity": similarity_alone(a.rounds, a.block),
         "training_step": training_step(a.rounds, a.block),
+        "without_gradient": without_gradient(a.rounds),
     }
     out = record(OUT, results)
+    ng = out["without_gradient"]
     print(f"wrote {OUT}: similarity x{out['similarity']['speedup']}, "
-          f"training step x{out['training_step']['speedup']}")  # fmt: skip
+          f"training step x{out['training_step']['speedup']}, without a gradient "
+          f"x{ng['torch']['speedup']} (torch), x{ng['numpy']['speedup']} (numpy)")  # fmt: skip
 
 
 if __name__ == "__main__":

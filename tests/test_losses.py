@@ -48,9 +48,17 @@ def test_order_similarity_formula_and_chunking(monkeypatch):
         torch.testing.assert_close(got, want)
     import vsekit.similarity as core
 
-    full = order_similarity(img, txt)
-    monkeypatch.setattr(core, "_ORDER_CHUNK", 5)  # forces one image per chunk
-    torch.testing.assert_close(order_similarity(img, txt), full)
+    # tiles of images x captions give the untiled formula's values to the bit, in both
+    # libraries, whatever the tiling (one tile; several, uneven; one pair a tile)
+    big_i, big_t = torch.randn(37, 64, generator=g), torch.randn(29, 64, generator=g)
+    untiled = -(((big_t[None] - big_i[:, None]).clip(min=0)) ** 2).sum(-1)
+    untiled_np = -((np.clip(big_t.numpy()[None] - big_i.numpy()[:, None], 0, None)) ** 2).sum(-1)
+    for tile in (1 << 19, 1000, 1):
+        monkeypatch.setattr(core, "_ORDER_TILE", tile)
+        assert torch.equal(order_similarity(big_i, big_t), untiled)
+        assert np.array_equal(core.order(big_i.numpy(), big_t.numpy()), untiled_np)
+    assert core.order(np.zeros((3, 4)), np.zeros((0, 4))).shape == (3, 0)
+    assert core.order(np.zeros((0, 4)), np.zeros((2, 4))).shape == (0, 2)
     # a caption below its image in every coordinate has similarity 0, the maximum
     assert float(order_similarity(torch.ones(1, 3), torch.zeros(1, 3))) == 0.0
 

@@ -23,7 +23,7 @@ import numpy as np
 
 Array = Any  # numpy.ndarray or torch.Tensor
 SIMILARITY_NAMES = ("cosine", "order", "euclidean")
-_ORDER_CHUNK = 1 << 24  # elements of the [n, M, D] difference held at once
+_ORDER_TILE = 1 << 19  # elements of one tile's [n, m, D] difference (order)
 
 
 def _cat(parts: list, like: Array, axis: int = 0) -> Array:
@@ -46,15 +46,23 @@ def cosine(img: Array, txt: Array) -> Array:
 
 
 def order(img: Array, txt: Array, abs_: bool = False) -> Array:
-    """``[N, M]`` with ``S[n, m] = -sum_d max(0, txt[m, d] - img[n, d])^2``, in chunks of
-    images so that the ``[n, M, D]`` difference stays under ~64 MB."""
+    """``[N, M]`` with ``S[n, m] = -sum_d max(0, txt[m, d] - img[n, d])^2``.
+
+    Computed in tiles of images x captions whose ``[n, m, D]`` difference holds about
+    ``_ORDER_TILE`` elements (2 MB in float32), so every pass over it stays in cache; each
+    ``S[n, m]`` sums the same ``D`` terms in the same order whatever the tiling."""
     if abs_:
         img, txt = abs(img), abs(txt)
-    step = max(1, _ORDER_CHUNK // max(1, txt.shape[0] * txt.shape[1]))
+    if not (img.shape[0] and txt.shape[0]):
+        return img[:, :0] @ txt[:, :0].T  # [N, M] of nothing to compare
+    d = max(1, txt.shape[1])
+    cols = max(1, min(txt.shape[0], _ORDER_TILE // (8 * d)))  # captions a tile
+    rows = max(1, _ORDER_TILE // (cols * d))  # images a tile
     parts = [
-        -(((txt[None] - img[a : a + step][:, None]).clip(min=0)) ** 2).sum(-1)
-        for a in range(0, img.shape[0], step)
-    ]  # each (step, M)
+        _cat([-(((txt[None, b : b + cols] - img[a : a + rows, None]).clip(min=0)) ** 2).sum(-1)
+              for b in range(0, txt.shape[0], cols)], img, axis=1)
+        for a in range(0, img.shape[0], rows)
+    ]  # fmt: skip
     out = _cat(parts, img)
     return out.reshape(img.shape[0], txt.shape[0])
 

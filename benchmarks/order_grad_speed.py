@@ -26,6 +26,7 @@ Writes benchmarks/order_grad_speed.json.
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -169,6 +170,9 @@ def main() -> None:
         "command": "python benchmarks/order_grad_speed.py"
         + (f" --rounds {a.rounds}" if a.rounds != 6 else "")
         + (f" --block {a.block}" if a.block != 10 else ""),
+        "git_commit": subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=OUT.parent, capture_output=True, text=True
+        ).stdout.strip(),
         "threads": 1,
         "similarity": similarity_alone(a.rounds, a.block),
         "training_step": training_step(a.rounds, a.block),

@@ -260,15 +260,20 @@ def test_an_instability_run_is_recorded_with_its_family_and_judged_on_its_last_m
     (run / "best.json").write_text(json.dumps({"epoch": 4}))
     given, written = {}, {}
     monkeypatch.setattr(runner, "RUNS", tmp_path)
-    monkeypatch.setattr(runner, "train_run", lambda r, cfg, sets, root, collapsed_ok: given.update(
-        run=r, config=cfg, sets=sets))  # fmt: skip
+    head = {"now": "a" * 40}
+
+    def train_run(r, cfg, sets, root, collapsed_ok):
+        given.update(run=r, config=cfg, sets=sets)
+        head["now"] = "b" * 40  # a commit lands while the run trains
+
+    monkeypatch.setattr(runner, "train_run", train_run)
     epochs = [{"epoch": e, "seconds": 30.0 * (e + 1), "phase": "sum" if e < 3 else "max"}
               for e in range(9)]  # fmt: skip
     monkeypatch.setattr(runner, "run_log", lambda r: (epochs, [{"event": "early stop"}], 270.0))
     scores = {"slice": {"rsum": 40.0}, "dev": {"rsum": 35.0}, "dev_last": {"rsum": 4.0}}
     monkeypatch.setattr(runner.scoring, "score", lambda c, r: scores)
     monkeypatch.setattr(runner, "write_cell", lambda folder, name, rec: written.update(rec))
-    monkeypatch.setattr(runner, "git_commit", lambda: "0" * 40)
+    monkeypatch.setattr(runner, "git_commit", lambda: head["now"])
     monkeypatch.setattr(runner, "machine", lambda: {"cpu": "test"})
     rec = runner.run_fair_cell(cell)
     assert given["run"] == run and given["config"] == "configs/flickr8k-fne-poe.yaml"
@@ -278,6 +283,7 @@ def test_an_instability_run_is_recorded_with_its_family_and_judged_on_its_last_m
     assert rec["setting"] == {"lr": 2e-4, "margin": 0.2, "abs": True}
     assert rec["phases"] == {"sum": 3, "max": 6} and rec["epoch_seconds"] == [30.0] * 9
     assert rec["config"] == {"resolved": True} and rec["best_epoch"] == 4
+    assert rec["git_commit"] == "a" * 40  # the code the training ran, not HEAD at its end
     # judged on the last model (dev rsum 4), not the best epoch's 35: it did not start
     assert rec["started"] is False and not rec["hit_cap"]
 

@@ -49,11 +49,11 @@ def test_order_similarity_formula_and_chunking(monkeypatch):
     import vsekit.similarity as core
 
     # tiles of images x captions give the untiled formula's values to the bit, in both
-    # libraries, whatever the tiling (one tile; several, uneven; one pair a tile)
+    # libraries, whatever the tiling (one tile; several, uneven, both ways; one pair a tile)
     big_i, big_t = torch.randn(37, 64, generator=g), torch.randn(29, 64, generator=g)
     untiled = -(((big_t[None] - big_i[:, None]).clip(min=0)) ** 2).sum(-1)
     untiled_np = -((np.clip(big_t.numpy()[None] - big_i.numpy()[:, None], 0, None)) ** 2).sum(-1)
-    for tile in (1 << 19, 1000, 1):
+    for tile in (1 << 19, 2560, 1000, 1):  # 5 captions x 8 images; 1 x 15; 1 x 1
         monkeypatch.setattr(core, "_ORDER_TILE", tile)
         assert torch.equal(order_similarity(big_i, big_t), untiled)
         assert np.array_equal(core.order(big_i.numpy(), big_t.numpy()), untiled_np)
@@ -89,14 +89,60 @@ def test_order_training_path_matches_autograd_through_the_formula(abs):
         img, txt = img0.clone().requires_grad_(), txt0.clone().requires_grad_()
         s = fn(img, txt, abs=abs)
         (s * weights).sum().backward()
-        out.append((s.detach(), img.grad, txt.grad))
-    (s, gi, gt), (s_ref, gi_ref, gt_ref) = out
+        out.append((s.detach(), img.grad, txt.grad, type(s.grad_fn).__name__))
+    (s, gi, gt, fn), (s_ref, gi_ref, gt_ref, fn_ref) = out
+    assert "_OrderWithGrad" in fn and "_OrderWithGrad" not in fn_ref  # the fused path ran
     assert torch.equal(s, s_ref)  # the values to the bit
     assert gi.dtype == torch.bfloat16 and gt.dtype == torch.float32
     torch.testing.assert_close(gt, gt_ref, rtol=1e-5, atol=1e-4)
     torch.testing.assert_close(gi, gi_ref)  # bf16: within its own rounding
-    with torch.no_grad():  # evaluation keeps the core's chunked path
-        assert torch.equal(order_similarity(img0, txt0, abs=abs), core.order(img0, txt0, abs))
+
+
+def test_order_similarity_takes_the_fused_path_only_for_a_gradient(monkeypatch):
+    """Evaluation (no_grad, inference_mode) keeps the core's tiled path even for inputs
+    that require a gradient; one side requiring it is enough for the fused path, and a
+    backward run inside autocast stays in float32."""
+    import vsekit.lab.similarity as lab_sim
+    import vsekit.similarity as core
+
+    g = torch.Generator().manual_seed(5)
+    img, txt = torch.randn(6, 8, generator=g), torch.randn(4, 8, generator=g)
+    want = core.order(img, txt, True)
+    fused = lab_sim._OrderWithGrad.apply
+
+    def refuse(*a):
+        raise AssertionError("the fused path ran without a gradient")
+
+    monkeypatch.setattr(lab_sim._OrderWithGrad, "apply", refuse)
+    for context in (torch.no_grad, torch.inference_mode):
+        with context():
+            got = order_similarity(img.requires_grad_(), txt, abs=True)
+            assert torch.equal(got, want)
+    monkeypatch.setattr(lab_sim._OrderWithGrad, "apply", fused)
+    img = img.detach().requires_grad_()
+    s = order_similarity(img, txt, abs=True)  # the captions need no gradient
+    assert "_OrderWithGrad" in type(s.grad_fn).__name__ and torch.equal(s.detach(), want)
+    s.sum().backward()
+    assert txt.grad is None and img.grad is not None
+    grads = []
+    for fn in (order_similarity, lambda i, t, abs: core.order(i, t, abs)):
+        i, t = img.detach().clone().requires_grad_(), txt.clone().requires_grad_()
+        s = fn(i, t, abs=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # matmuls here would be bf16
+            s.sum().backward()
+        grads.append((i.grad, t.grad))
+    for got, ref in zip(*grads):
+        torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_order_similarity_does_not_depend_on_the_inputs_memory_layout():
+    """Column-major inputs give, to the bit, what their row-major copies give."""
+    g = torch.Generator().manual_seed(6)
+    img = torch.randn(16, 9, generator=g).T.requires_grad_()  # [9, 16], column-major
+    txt = torch.randn(16, 7, generator=g).T
+    i, t = img.detach().contiguous(), txt.contiguous()
+    want = -(((t[None] - i[:, None]).clip(min=0)) ** 2).sum(-1)
+    assert torch.equal(order_similarity(img, txt).detach(), want)
 
 
 def test_loss_gradients_and_registry():

@@ -142,6 +142,9 @@ def run_fair_cell(cell: fair.FairCell | fair.InstCell) -> dict:
     t0 = time.perf_counter()
     margin = yaml.safe_load((ROOT / cell.config).read_text())["loss"]["margin"]
     sets = [f"{k}={_value(v)}" for k, v in cell.settings(STORE, float(margin)).items()]
+    # the code the training imports now, not HEAD once it ends (a resumed run's earlier
+    # part may have trained with an earlier commit)
+    commit = git_commit()
     train_run(run, cell.config, sets, ROOT, collapsed_ok=True)
     epochs, events, seconds = run_log(run)
     meta = json.loads((run / "config.json").read_text())
@@ -160,7 +163,7 @@ def run_fair_cell(cell: fair.FairCell | fair.InstCell) -> dict:
         "config_file": cell.config,
         "config": meta["config"],  # the effective configuration the run trained with
         "date": dt.date.today().isoformat(),
-        "git_commit": git_commit(),
+        "git_commit": commit,
         "machine": machine(),
         "train_seconds": round(seconds, 1),
         # this runner's part only: a resumed run's earlier part is in train_seconds

@@ -2,7 +2,8 @@
 
 Every function works on NumPy arrays (the core, at inference) and on PyTorch tensors (the
 lab, in training, with gradients) through the operators the two share (``@``, ``**``,
-``.sum``, ``.clip``); the lab's similarity registry wraps these same functions.
+``.sum``, ``.clip``); the lab's similarity registry wraps these same functions (and adds a
+fused gradient for ``order`` in training).
 
 ``S(img[N, D], txt[M, D]) -> [N, M]``, higher = closer:
 
@@ -54,7 +55,7 @@ def order(img: Array, txt: Array, abs_: bool = False) -> Array:
     if abs_:
         img, txt = abs(img), abs(txt)
     if not (img.shape[0] and txt.shape[0]):
-        return img[:, :0] @ txt[:, :0].T  # [N, M] of nothing to compare
+        return -(txt[None, :, :0] - img[:, None, :0]).sum(-1)  # [N, M] zeros
     d = max(1, txt.shape[1])
     cols = max(1, min(txt.shape[0], _ORDER_TILE // (8 * d)))  # captions a tile
     rows = max(1, _ORDER_TILE // (cols * d))  # images a tile

@@ -1,6 +1,7 @@
 """The similarity registry of the lab: ``S(img[N, D], txt[M, D]) -> [N, M]`` (higher =
 closer), created by name. The functions themselves are :mod:`vsekit.similarity`'s, the
-one implementation the core uses too.
+one implementation the core uses too; the order similarity's gradient in training is a
+fused function here, checked against autograd through that formula.
 
 * ``cosine``: ``i . c`` on L2-normalised embeddings (journal paper eq. 2).
 * ``order``: ``-||max(0, c - i)||^2`` (Vendrov et al.; journal paper eq. 3): a caption is
@@ -14,7 +15,7 @@ Created by name: ``create_similarity("order", abs=True)``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 from torch.autograd.function import once_differentiable
@@ -37,8 +38,8 @@ cosine_similarity = core.cosine
 euclidean_similarity = core.euclidean
 
 
-#: elements of one chunk's ``[n, M, D]`` difference in the training path (2 MB in float32:
-#: small enough to stay in a core's cache, so no pass over it goes to memory)
+#: elements of one chunk's ``[n, M, D]`` difference in the training path (2 MB in float32,
+#: which stays in the CPU's caches between the passes over it)
 _GRAD_CHUNK = 1 << 19
 
 
@@ -58,24 +59,35 @@ class _OrderWithGrad(torch.autograd.Function):
     def forward(ctx, img: torch.Tensor, txt: torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward(img, txt)
         out = img.new_empty(img.shape[0], txt.shape[0])
-        for a, r in _order_chunks(img, txt):
-            torch.sum(r.mul_(r), -1, out=out[a : a + len(r)])
+        with torch.autocast(img.device.type, enabled=False):
+            for a, r in _order_chunks(img, txt):
+                torch.sum(r.mul_(r), -1, out=out[a : a + len(r)])
         return out.neg_()
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def backward(ctx, g: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         img, txt = ctx.saved_tensors
+        want_img, want_txt = ctx.needs_input_grad
+        # sums over chunks in float32 at least, whatever the inputs' precision
+        acc = torch.promote_types(img.dtype, torch.float32)
         g = g.to(img.dtype)
-        d_img, d_txt = torch.empty_like(img), torch.zeros_like(txt)
-        for a, r in _order_chunks(img, txt):
-            ga = g[a : a + len(r)]  # [n, M]
-            torch.bmm(ga[:, None, :], r, out=d_img[a : a + len(r), None, :])
-            d_txt += torch.bmm(ga.T[:, None, :], r.transpose(0, 1)).squeeze(1)  # [M, D]
-        return d_img.mul_(2), d_txt.mul_(-2)
+        d_img = torch.empty_like(img) if want_img else None
+        d_txt = torch.zeros_like(txt, dtype=acc) if want_txt else None
+        with torch.autocast(img.device.type, enabled=False):  # backward may run inside one
+            for a, r in _order_chunks(img, txt):
+                ga = g[a : a + len(r)]  # [n, M]
+                if d_img is not None:  # [n, 1, M] @ [n, M, D]
+                    torch.bmm(ga[:, None, :], r, out=d_img[a : a + len(r), None, :])
+                if d_txt is not None:  # [M, 1, n] @ [M, n, D]
+                    d_txt += torch.bmm(ga.T[:, None, :], r.transpose(0, 1)).squeeze(1)
+        return (
+            d_img.mul_(2) if d_img is not None else None,
+            d_txt.mul_(-2).to(txt.dtype) if d_txt is not None else None,
+        )
 
 
-def _order_chunks(img: torch.Tensor, txt: torch.Tensor):
+def _order_chunks(img: torch.Tensor, txt: torch.Tensor) -> Iterator[tuple[int, torch.Tensor]]:
     """``(a, r)`` with ``r = max(0, txt[None] - img[a : a + n, None])``, ``[n, M, D]``."""
     step = max(1, _GRAD_CHUNK // max(1, txt.numel()))
     for a in range(0, img.shape[0], step):
@@ -84,14 +96,15 @@ def _order_chunks(img: torch.Tensor, txt: torch.Tensor):
 
 def order_similarity(img: torch.Tensor, txt: torch.Tensor, abs: bool = False) -> torch.Tensor:
     """:func:`vsekit.similarity.order` on tensors. When a gradient is wanted (training),
-    one fused function computes it (:class:`_OrderWithGrad`); otherwise the core's
-    chunked path."""
+    one fused function computes it (:class:`_OrderWithGrad`; no double backward);
+    otherwise the core's tiled path."""
     if not (torch.is_grad_enabled() and (img.requires_grad or txt.requires_grad)):
         return core.order(img, txt, abs_=abs)
     if abs:
         img, txt = img.abs(), txt.abs()
     dtype = torch.result_type(img, txt)
-    return _OrderWithGrad.apply(img.to(dtype), txt.to(dtype))
+    # contiguous rows: each S[n, m] then sums its D terms in the formula's order
+    return _OrderWithGrad.apply(img.to(dtype).contiguous(), txt.to(dtype).contiguous())
 
 
 @register_similarity("cosine")

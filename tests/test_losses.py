@@ -131,7 +131,7 @@ def test_order_similarity_takes_the_fused_path_only_for_a_gradient(monkeypatch):
         with torch.autocast("cpu", dtype=torch.bfloat16):  # matmuls here would be bf16
             s.sum().backward()
         grads.append((i.grad, t.grad))
-    for got, ref in zip(*grads):
+    for got, ref in zip(*grads, strict=True):
         torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
 
 

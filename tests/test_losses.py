@@ -65,9 +65,9 @@ def test_order_similarity_formula_and_chunking(monkeypatch):
 
 @pytest.mark.parametrize("abs", [False, True])
 def test_order_similarity_gradient_is_the_derivative(abs, monkeypatch):
-    import vsekit.lab.similarity as lab_sim
+    import vsekit.similarity as core
 
-    monkeypatch.setattr(lab_sim, "_GRAD_CHUNK", 24)  # two images a chunk: 2, 2, then 1
+    monkeypatch.setattr(core, "_ORDER_TILE", 24)  # two images a chunk: 2, 2, then 1
     g = torch.Generator().manual_seed(2)
     img = torch.randn(5, 4, generator=g, dtype=torch.float64, requires_grad=True)
     txt = torch.randn(3, 4, generator=g, dtype=torch.float64, requires_grad=True)

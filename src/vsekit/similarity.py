@@ -64,8 +64,7 @@ def order(img: Array, txt: Array, abs_: bool = False) -> Array:
               for b in range(0, txt.shape[0], cols)], img, axis=1)
         for a in range(0, img.shape[0], rows)
     ]  # fmt: skip
-    out = _cat(parts, img)
-    return out.reshape(img.shape[0], txt.shape[0])
+    return _cat(parts, img)
 
 
 def euclidean(img: Array, txt: Array) -> Array:

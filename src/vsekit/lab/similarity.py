@@ -38,11 +38,6 @@ cosine_similarity = core.cosine
 euclidean_similarity = core.euclidean
 
 
-#: elements of one chunk's ``[n, M, D]`` difference in the training path (2 MB in float32,
-#: which stays in the CPU's caches between the passes over it)
-_GRAD_CHUNK = 1 << 19
-
-
 class _OrderWithGrad(torch.autograd.Function):
     """``S[n, m] = -sum_d r[n, m, d]^2`` with ``r = max(0, txt[m] - img[n])``, and its
     gradient from ``r`` alone:
@@ -89,7 +84,7 @@ class _OrderWithGrad(torch.autograd.Function):
 
 def _order_chunks(img: torch.Tensor, txt: torch.Tensor) -> Iterator[tuple[int, torch.Tensor]]:
     """``(a, r)`` with ``r = max(0, txt[None] - img[a : a + n, None])``, ``[n, M, D]``."""
-    step = max(1, _GRAD_CHUNK // max(1, txt.numel()))
+    step = max(1, core._ORDER_TILE // max(1, txt.numel()))  # the core's tile size
     for a in range(0, img.shape[0], step):
         yield a, (txt[None] - img[a : a + step, None]).clamp_(min=0)
 

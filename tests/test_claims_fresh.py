@@ -1,7 +1,7 @@
 """docs/claims.md and the README's claims block are what the recorded cells give today:
-both are made anew, in memory, from the cells in the repository (``benchmarks/claims/``,
-``benchmarks/research/cells_fair/``), and compared with the committed files. Nothing is
-trained and nothing under ~/.cache is read.
+both are made anew, in memory, from the cells in the repository
+(``benchmarks/research/cells_first/``, ``benchmarks/research/cells_fair/``), and compared
+with the committed files. Nothing is trained and nothing under ~/.cache is read.
 
 If this fails, a cell was added or changed without regenerating the report, or the
 report's code changed: run ``python benchmarks/research/claims.py`` and commit the

@@ -7,7 +7,7 @@
     python benchmarks/research/portable.py pack DIR  # the ternary-FNE cells' inputs, to carry
 
 Three parts, one module each: the protocols as data and rules (``protocol.py``, the first
-protocol, cells in ``benchmarks/claims/``; ``families.py``, the claims beyond Table 2;
+protocol, cells in ``benchmarks/research/cells_first/``; ``families.py``, the claims beyond Table 2;
 ``fair_protocol.py``, issue 41's, cells in ``benchmarks/research/cells_fair/``), the
 runner (``runner.py``: scheduling, locks, resume; ``scoring.py``), and the report
 (``report.py``, with the prose of ``explanations.py``).

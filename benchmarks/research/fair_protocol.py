@@ -5,10 +5,11 @@ Declared on 2026-11-25, before any of its cells ran. This module is data and pur
 what a row searches, in which order, and which recipe it ends with, as functions of the
 recorded cells; ``runner.py`` trains the cells and ``report.py`` reads them.
 
-**Why.** Under the first protocol (``protocol.py``, cells in ``benchmarks/claims/``) 11 of
-12 rows chose the top learning rate of a two-point grid, every row stopped at 12 epochs
-(4 for the MOE instability runs), and the FNE's variants reused FNE-SH's recipe. So "the
-FNE loses on ResNet-50" could not be told apart from "the FNE was not given its chance".
+**Why.** Under the first protocol (``protocol.py``, cells in
+``benchmarks/research/cells_first/``) 11 of 12 rows chose the top learning rate of a
+two-point grid, every row stopped at 12 epochs (4 for the MOE instability runs), and the
+FNE's variants reused FNE-SH's recipe. So "the FNE loses on ResNet-50" could not
+be told apart from "the FNE was not given its chance".
 
 **Rows.** Table 2's pipelines (SH, MH, SOE, MOE, PH, POE) on three image features: ``fc7``
 (ResNet-50 pool5, L2-normalised: the one-layer row), ``fne`` (the FNE, ternary) and

@@ -2,8 +2,8 @@
 ``benchmarks/research/claims.py``).
 
 Each family trains ``vse train`` runs under one declared protocol, records each
-(variant, seed) as ``benchmarks/claims/<family>-<variant>-s<seed>.json``, and names the
-claims its cells test. Every run selects its epoch on the 500 train images carved off
+(variant, seed) as ``benchmarks/research/cells_first/<family>-<variant>-s<seed>.json``, and
+names the claims its cells test. Every run selects its epoch on the 500 train images carved off
 (``data.val_from_train``); dev chooses nothing and is scored once, at that epoch.
 
 - **tags** (the tag-ranking paper, 003): the bilinear ranker of

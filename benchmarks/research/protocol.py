@@ -3,8 +3,8 @@ generated from them alone.
 
 **Cells.** A cell is one training run: a row (a pipeline on a feature kind), a recipe
 from the row's declared grid, and a seed. ``--run`` trains the cells that are missing, in
-a fixed order, and records each one as ``benchmarks/claims/CELL.json`` (config, overrides,
-seed, wall time, machine, git commit, and the metrics on the selection slice and on
+a fixed order, and records each one as ``benchmarks/research/cells_first/CELL.json`` (config,
+overrides, seed, wall time, machine, git commit, and the metrics on the selection slice and on
 dev). A finished cell is never re-run; a killed run resumes from its last epoch.
 
 **Protocol (Table 2 of the journal paper, FC7/FNE x SH, MH, SOE, MOE, PH, POE).**
@@ -25,8 +25,8 @@ dev). A finished cell is never re-run; a killed run resumes from its last epoch.
   improving, and at the latest after ``SWITCH_BY`` epochs (half the budget), then reload
   the best L_S epoch and go on with L_M. Their first cells had no such bound and never
   switched in 12 epochs (the slice rsum was still rising), so they measured SH twice;
-  those are kept in ``benchmarks/claims/superseded/`` and no verdict uses them. Each cell
-  records the epochs it ran under each loss (``phases``). POE's L_M phase runs at a
+  those are kept in ``benchmarks/research/cells_first/superseded/`` and no verdict uses
+  them. Each cell records the epochs it ran under each loss (``phases``). POE's L_M phase runs at a
   learning rate of 1e-4, as in the paper's Table 1 ("0.001 - 0.0001"); the grid's rate is
   its L_S phase's. PH keeps one rate, as the paper's does.
 
@@ -84,7 +84,7 @@ from . import families
 from .explanations import EXPLAIN, EXPLAIN_BIGRU, NOTE_PH, NOTE_POE
 
 ROOT = Path(__file__).resolve().parents[2]
-CELLS = ROOT / "benchmarks" / "claims"
+CELLS = Path(__file__).resolve().parent / "cells_first"  # this protocol's recorded cells
 RUNS = Path("~/.cache/vsekit/claims/runs").expanduser()  # the cells' run folders
 STORE = "~/.cache/vsekit/stores/flickr8k-resnet50-c2"
 
@@ -146,7 +146,7 @@ class Cell:
     @property
     def recipe(self) -> str:
         # the curriculum rows switch by half the budget at the latest (their cells before
-        # that rule never switched: benchmarks/claims/superseded/)
+        # that rule never switched: benchmarks/research/cells_first/superseded/)
         sw = f"-sw{SWITCH_BY}" if self.curriculum else ""
         return f"lr{self.lr:g}-m{self.margin_scale:g}{sw}"
 

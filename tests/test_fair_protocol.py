@@ -275,6 +275,7 @@ def test_an_instability_run_is_recorded_with_its_family_and_judged_on_its_last_m
     monkeypatch.setattr(runner, "write_cell", lambda folder, name, rec: written.update(rec))
     monkeypatch.setattr(runner, "git_commit", lambda: head["now"])
     monkeypatch.setattr(runner, "machine", lambda: {"cpu": "test"})
+    monkeypatch.setattr(runner, "store_digest", lambda: {"fne.i8": "c" * 64})
     rec = runner.run_fair_cell(cell)
     assert given["run"] == run and given["config"] == "configs/flickr8k-fne-poe.yaml"
     assert "model.abs=true" in given["sets"] and "train.lr_max_phase=null" in given["sets"]
@@ -284,6 +285,7 @@ def test_an_instability_run_is_recorded_with_its_family_and_judged_on_its_last_m
     assert rec["phases"] == {"sum": 3, "max": 6} and rec["epoch_seconds"] == [30.0] * 9
     assert rec["config"] == {"resolved": True} and rec["best_epoch"] == 4
     assert rec["git_commit"] == "a" * 40  # the code the training ran, not HEAD at its end
+    assert rec["store_sha256"] == {"fne.i8": "c" * 64}
     # judged on the last model (dev rsum 4), not the best epoch's 35: it did not start
     assert rec["started"] is False and not rec["hit_cap"]
 
@@ -342,3 +344,22 @@ def test_a_cell_made_in_a_copy_of_the_tree_takes_its_commit_from_the_environment
     assert runner.git_commit() == ""
     monkeypatch.setenv("VSEKIT_GIT_COMMIT", "a" * 40)  # set: it wins, over an older .git too
     assert runner.git_commit() == "a" * 40
+
+
+def test_the_store_digest_names_the_bytes_a_cell_trained_on(tmp_path):
+    import hashlib
+    import json
+
+    from research import runner
+
+    (tmp_path / "pooled.f32").write_bytes(b"\x00\x01" * 1000)
+    (tmp_path / "fne.i8").write_bytes(b"\x01\xff\x00" * 7)
+    (tmp_path / "meta.json").write_text(json.dumps({"fne": {"fit_split": "train"}}))
+    got = runner.store_digest.__wrapped__(str(tmp_path))
+    assert got["pooled.f32"] == hashlib.sha256(b"\x00\x01" * 1000).hexdigest()
+    assert got["fne.i8"] == hashlib.sha256(b"\x01\xff\x00" * 7).hexdigest()
+    (tmp_path / "fne.i8").write_bytes(b"\x01\xff\x00" * 6 + b"\x01\x00\x00")  # one value flips
+    (tmp_path / "meta.json").write_text(json.dumps({"fne": {"fit_split": "val"}}))
+    again = runner.store_digest.__wrapped__(str(tmp_path))
+    assert again["fne.i8"] != got["fne.i8"] and again["fne_stats"] != got["fne_stats"]
+    assert again["pooled.f32"] == got["pooled.f32"]

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import datetime as dt
 import fcntl
+import functools
+import hashlib
 import json
 import os
 import subprocess
@@ -75,6 +77,26 @@ def git_commit() -> str:
     except OSError:  # no git there
         return ""
     return out.stdout.strip() if out.returncode == 0 else ""
+
+
+@functools.cache
+def store_digest(store: str = STORE) -> dict[str, str]:
+    """The sha256 of each feature file of the fair store the cells read (``pooled.f32``,
+    ``fne.i8``), and of the FNE statistics fitted on train (``meta.json``'s ``fne``), so that
+    a cell says which extraction it trained on: a store rebuilt on another machine may
+    differ in float rounding, and a ternary value near a threshold may flip."""
+    path = Path(store).expanduser()
+    out = {}
+    for name in ("pooled.f32", "fne.i8"):
+        if (path / name).is_file():
+            h = hashlib.sha256()
+            with open(path / name, "rb") as f:
+                while chunk := f.read(1 << 24):
+                    h.update(chunk)
+            out[name] = h.hexdigest()
+    fne = json.loads((path / "meta.json").read_text()).get("fne")
+    out["fne_stats"] = hashlib.sha256(json.dumps(fne, sort_keys=True).encode()).hexdigest()
+    return out
 
 
 def write_cell(folder: Path, name: str, record: dict) -> None:
@@ -165,6 +187,7 @@ def run_fair_cell(cell: fair.FairCell | fair.InstCell) -> dict:
         "date": dt.date.today().isoformat(),
         "git_commit": commit,
         "machine": machine(),
+        "store_sha256": store_digest(),
         "train_seconds": round(seconds, 1),
         # this runner's part only: a resumed run's earlier part is in train_seconds
         "wall_seconds": round(time.perf_counter() - t0, 1),

@@ -363,3 +363,17 @@ def test_the_store_digest_names_the_bytes_a_cell_trained_on(tmp_path):
     again = runner.store_digest.__wrapped__(str(tmp_path))
     assert again["fne.i8"] != got["fne.i8"] and again["fne_stats"] != got["fne_stats"]
     assert again["pooled.f32"] == got["pooled.f32"]
+
+
+def test_the_fastest_epoch_is_read_per_cpu_model_once_the_grid_ran_on_two():
+    peaked = _peaked(-6)
+    done, _ = _run_grid(peaked, ("fc7-sh",))
+    text = "\n".join(fair_report.section(done))
+    assert "| 40 s | 13-13 |" in text  # one CPU model: no label
+    names = sorted(done)
+    done[names[0]] = done[names[0]] | {"machine": {"cpu": "AMD EPYC"}}
+    for n in names[1:]:
+        done[n] = done[n] | {"machine": {"cpu": "Intel(R) Xeon(R) Processor"},
+                             "epoch_seconds": [31.0] * 13}  # fmt: skip
+    text = "\n".join(fair_report.section(done))
+    assert "| 40 s (AMD EPYC); 31 s (Intel Xeon Processor) | 13-13 |" in text

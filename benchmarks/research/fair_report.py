@@ -172,6 +172,26 @@ def gpu_mark(cell: dict) -> str:
     return f" ({gpu})" if gpu else ""
 
 
+def cpu_of(cell: dict) -> str:
+    """The CPU model a cell trained on, without trademark marks ("" if not recorded)."""
+    return cell.get("machine", {}).get("cpu", "").replace("(R)", "").replace("(TM)", "")
+
+
+def fastest_epochs(cells: list[dict], label: bool) -> str:
+    """The fastest epoch of ``cells`` trained on a CPU, per CPU model (named when
+    ``label``: CPUs differ from machine to machine, so times compare within one model)."""
+    by_cpu: dict[str, list[float]] = {}
+    for c in cells:
+        if not gpu_of(c):
+            by_cpu.setdefault(cpu_of(c), []).extend(c.get("epoch_seconds", []))
+    times = {cpu: min(ts) for cpu, ts in sorted(by_cpu.items()) if ts}
+    if not times:
+        return "—"
+    if not label:
+        return f"{min(times.values()):.0f} s"
+    return "; ".join(f"{t:.0f} s ({cpu or 'CPU not recorded'})" for cpu, t in times.items())
+
+
 def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list[str]:
     """Markdown lines for docs/claims.md (none while no fair cell is recorded);
     ``first``: the first protocol's cells, for the instability counts' comparison."""
@@ -189,14 +209,17 @@ def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list
              "A row's cost is read from its fastest epoch over all its cells (one core; "
              "each epoch is timed, but two runners share the machine's two cores and other "
              "work shared them at times, so a run's total time says more about the machine "
-             "than about the row); its chosen recipe's epochs run, over the seeds, give the "
-             "rest. Cells that trained on a borrowed GPU machine (`portable.py`; the cells "
-             "table marks them, and a GPU's bf16 arithmetic is not a CPU's) count for the "
-             "search and the seeds, not for the fastest epoch.", "",
+             "than about the row), per CPU model where the grid ran on more than one (CPUs "
+             "differ from machine to machine, so epoch times compare within one model); its "
+             "chosen recipe's epochs run, over the seeds, give the rest. Cells that trained "
+             "on a borrowed GPU machine (`portable.py`; the cells table marks them, and a "
+             "GPU's bf16 arithmetic is not a CPU's) count for the search and the seeds, not "
+             "for the fastest epoch.", "",
              "| row | seed-0 cells | best on the slice so far | chosen recipe | lr inside "
              "the grid | seeds | dev rsum, mean ± std | paper rsum | fastest epoch | epochs "
              "run |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     top = []  # rows whose best recipe so far has the most dropout the grid offers
+    label = len({cpu_of(c) for c in t2.values() if not gpu_of(c) and c.get("epoch_seconds")}) > 1
     for row in fair.rows():
         score = fair.slice_score(done, row)
         mine = [c for c in t2.values() if c["row"] == row and c["seed"] == 0]
@@ -210,9 +233,7 @@ def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list
                   f"x{r['margin_scale']:g}: {best['slice']['rsum']:.1f}")  # fmt: skip
         pick = fair.chosen(row, done)
         paper = f"{sum(PAPER[row]):.1f}" if row in PAPER else "—"
-        timed = [t for c in t2.values() if c["row"] == row and not gpu_of(c)
-                 for t in c.get("epoch_seconds", [])]  # fmt: skip
-        fastest = f"{min(timed):.0f} s" if timed else "—"
+        fastest = fastest_epochs([c for c in t2.values() if c["row"] == row], label)
         if pick is None:
             todo = len(fair.search(row, score)[0])
             lines.append(f"| {row.upper()} | {len(mine)} ({todo} next) | {so_far} | searching "

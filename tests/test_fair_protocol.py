@@ -126,7 +126,7 @@ def test_the_report_section_reads_the_cells():
     assert "| FNE beats the one-layer embedding (MH), fair protocol | — | 0 | not yet run |" in text
     # 300 at the best rate, less 10 x |dropout - 0.2|, plus 20 for FC7; dev: less the seed
     name = fair.FairCell("fc7-sh", fair.Recipe(-6), 0).name
-    assert f"| {name} | 318.0 | 318.0 | 9 / 13 | 1 | early stop | 10 min | 0000000 |" in text
+    assert f"| {name} | 318.0 | 318.0 | 9 / 13 | 1 | early stop | 10 min | 0000000 | — |" in text
 
 
 def test_a_row_with_one_seed_shows_its_rsum_without_a_spread():
@@ -377,3 +377,16 @@ def test_the_fastest_epoch_is_read_per_cpu_model_once_the_grid_ran_on_two():
                              "epoch_seconds": [31.0] * 13}  # fmt: skip
     text = "\n".join(fair_report.section(done))
     assert "| 40 s (AMD EPYC); 31 s (Intel Xeon Processor) | 13-13 |" in text
+
+
+def test_the_cells_table_names_the_store_each_cell_read():
+    done, _ = _run_grid(_peaked(-6), ("fc7-sh",))
+    a, b, c = sorted(done)[:3]
+    done[a] = done[a] | {"store_sha256": {"pooled.f32": "1" * 64, "fne_stats": "2" * 64}}
+    done[b] = done[b] | {"store_sha256": {"pooled.f32": "1" * 64, "fne_stats": "2" * 64}}
+    done[c] = done[c] | {"store_sha256": {"pooled.f32": "3" * 64, "fne_stats": "2" * 64}}
+    table = [x for x in fair_report.section(done) if x.startswith("| fair-")]
+    lines = [x.strip("| ").split(" | ") for x in table]
+    rows = {x[0]: x[-1] for x in lines}
+    assert rows[a] == rows[b] != rows[c] and len(rows[a]) == 7
+    assert all(rows[n] == "—" for n in done if n not in (a, b, c))

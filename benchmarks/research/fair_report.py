@@ -6,6 +6,8 @@ first cell."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import replace
 
 from . import fair_protocol as fair
@@ -192,6 +194,14 @@ def fastest_epochs(cells: list[dict], label: bool) -> str:
     return "; ".join(f"{t:.0f} s ({cpu or 'CPU not recorded'})" for cpu, t in times.items())
 
 
+def store_id(cell: dict) -> str:
+    """A short name for the store a cell read (— where the cell predates the record)."""
+    digests = cell.get("store_sha256")
+    if not digests:
+        return "—"
+    return hashlib.sha256(json.dumps(digests, sort_keys=True).encode()).hexdigest()[:7]
+
+
 def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list[str]:
     """Markdown lines for docs/claims.md (none while no fair cell is recorded);
     ``first``: the first protocol's cells, for the instability counts' comparison."""
@@ -257,9 +267,13 @@ def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list
         lines += inst_section(inst, first or {})
     lines += ["", "### The fair protocol's cells", "",
               "An instability run's dev rsum is its last model's, which it is judged on.", "",
+              "The store column names the extraction a cell read: the first characters of "
+              "a sha256 over its feature files and FNE statistics (`store_sha256`, recorded "
+              "from 2026-11-27 on; the store is rebuilt on each new machine, and its float "
+              "rounding may differ from one CPU to the next). Earlier cells show —.", "",
               "| cell | slice rsum (selects) | dev rsum (reported) | best epoch / epochs run "
-              "| lr decays | ended by | train time | commit |",
-              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+              "| lr decays | ended by | train time | commit | store |",
+              "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for name, c in sorted(done.items()):
         events = [e["event"] for e in c["events"]]
         ended = ("the cap" if c["hit_cap"] else "early stop" if "early stop" in events
@@ -269,5 +283,5 @@ def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list
                      f"{c['best_epoch']} / {c['epochs_run']} | "
                      f"{events.count('lr decay on plateau')} | {ended} | "
                      f"{c['train_seconds'] / 60:.0f} min{gpu_mark(c)} | "
-                     f"{c['git_commit'][:7]} |")  # fmt: skip
+                     f"{c['git_commit'][:7]} | {store_id(c)} |")  # fmt: skip
     return lines

@@ -354,6 +354,7 @@ def test_the_store_digest_names_the_bytes_a_cell_trained_on(tmp_path):
 
     (tmp_path / "pooled.f32").write_bytes(b"\x00\x01" * 1000)
     (tmp_path / "fne.i8").write_bytes(b"\x01\xff\x00" * 7)
+    (tmp_path / "fne_stats.safetensors").write_bytes(b"stats")
     (tmp_path / "meta.json").write_text(json.dumps({"fne": {"fit_split": "train"}}))
     got = runner.store_digest.__wrapped__(str(tmp_path))
     assert got["pooled.f32"] == hashlib.sha256(b"\x00\x01" * 1000).hexdigest()
@@ -361,8 +362,9 @@ def test_the_store_digest_names_the_bytes_a_cell_trained_on(tmp_path):
     (tmp_path / "fne.i8").write_bytes(b"\x01\xff\x00" * 6 + b"\x01\x00\x00")  # one value flips
     (tmp_path / "meta.json").write_text(json.dumps({"fne": {"fit_split": "val"}}))
     again = runner.store_digest.__wrapped__(str(tmp_path))
-    assert again["fne.i8"] != got["fne.i8"] and again["fne_stats"] != got["fne_stats"]
+    assert again["fne.i8"] != got["fne.i8"] and again["fne_fit"] != got["fne_fit"]
     assert again["pooled.f32"] == got["pooled.f32"]
+    assert got["fne_stats.safetensors"] == hashlib.sha256(b"stats").hexdigest()
 
 
 def test_the_fastest_epoch_is_read_per_cpu_model_once_the_grid_ran_on_two():
@@ -382,9 +384,9 @@ def test_the_fastest_epoch_is_read_per_cpu_model_once_the_grid_ran_on_two():
 def test_the_cells_table_names_the_store_each_cell_read():
     done, _ = _run_grid(_peaked(-6), ("fc7-sh",))
     a, b, c = sorted(done)[:3]
-    done[a] = done[a] | {"store_sha256": {"pooled.f32": "1" * 64, "fne_stats": "2" * 64}}
-    done[b] = done[b] | {"store_sha256": {"pooled.f32": "1" * 64, "fne_stats": "2" * 64}}
-    done[c] = done[c] | {"store_sha256": {"pooled.f32": "3" * 64, "fne_stats": "2" * 64}}
+    done[a] = done[a] | {"store_sha256": {"pooled.f32": "1" * 64, "fne_fit": "2" * 64}}
+    done[b] = done[b] | {"store_sha256": {"pooled.f32": "1" * 64, "fne_fit": "2" * 64}}
+    done[c] = done[c] | {"store_sha256": {"pooled.f32": "3" * 64, "fne_fit": "2" * 64}}
     table = [x for x in fair_report.section(done) if x.startswith("| fair-")]
     lines = [x.strip("| ").split(" | ") for x in table]
     rows = {x[0]: x[-1] for x in lines}

@@ -82,12 +82,13 @@ def git_commit() -> str:
 @functools.cache
 def store_digest(store: str = STORE) -> dict[str, str]:
     """The sha256 of each feature file of the fair store the cells read (``pooled.f32``,
-    ``fne.i8``), and of the FNE statistics fitted on train (``meta.json``'s ``fne``), so that
+    ``fne.i8``), of the FNE statistics fitted on train (``fne_stats.safetensors``), and of
+    the fit's settings (``meta.json``'s ``fne``, as ``fne_fit``), so that
     a cell says which extraction it trained on: a store rebuilt on another machine may
     differ in float rounding, and a ternary value near a threshold may flip."""
     path = Path(store).expanduser()
     out = {}
-    for name in ("pooled.f32", "fne.i8"):
+    for name in ("pooled.f32", "fne.i8", "fne_stats.safetensors"):
         if (path / name).is_file():
             h = hashlib.sha256()
             with open(path / name, "rb") as f:
@@ -95,7 +96,7 @@ def store_digest(store: str = STORE) -> dict[str, str]:
                     h.update(chunk)
             out[name] = h.hexdigest()
     fne = json.loads((path / "meta.json").read_text()).get("fne")
-    out["fne_stats"] = hashlib.sha256(json.dumps(fne, sort_keys=True).encode()).hexdigest()
+    out["fne_fit"] = hashlib.sha256(json.dumps(fne, sort_keys=True).encode()).hexdigest()
     return out
 
 

@@ -66,13 +66,45 @@ def run_best(run: Path) -> dict:
             "epochs_run": len(rows), "train_seconds": round(done["seconds"], 1)}  # fmt: skip
 
 
+def die_with_parent(parent: int) -> None:
+    """Run in a child before it starts (``preexec_fn``): on Linux the kernel sends it
+    SIGTERM when ``parent`` dies (``prctl(PR_SET_PDEATHSIG)``), so a killed runner leaves no
+    trainer behind to train its cell beside the next runner's."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before the line above took effect
+        os._exit(1)
+
+
+def run_child(cmd: list[str], cwd: Path, pass_fds: tuple[int, ...] = ()) -> int:
+    """``cmd``'s exit code. It dies with this process (on Linux), and it inherits
+    ``pass_fds``: a lock passed there is held until both have exited."""
+    import functools
+    import subprocess
+    import sys
+
+    on_death = functools.partial(die_with_parent, os.getpid())
+    linux = sys.platform.startswith("linux")
+    return subprocess.run(cmd, cwd=cwd, pass_fds=pass_fds,
+                          preexec_fn=on_death if linux else None).returncode  # fmt: skip
+
+
 def train_run(
-    run: Path, config: str, sets: list[str], root: Path, collapsed_ok: bool = False
+    run: Path,
+    config: str,
+    sets: list[str],
+    root: Path,
+    collapsed_ok: bool = False,
+    pass_fds: tuple[int, ...] = (),
 ) -> None:
     """``vse train config --set ...`` into ``run`` unless ``run/done.json`` says it finished
     (a killed run resumes); ``done.json`` records the wall time. With ``collapsed_ok`` a
     run that did not start learning (``vse train`` exits 3) is finished too, not an error:
-    where that is an outcome to count (MOE's failed starts)."""
+    where that is an outcome to count (MOE's failed starts). The trainer dies with this
+    process and holds ``pass_fds`` (a runner's lock on the cell) while it runs
+    (:func:`run_child`)."""
     import subprocess
     import sys
     import time
@@ -83,7 +115,7 @@ def train_run(
            *[a for s in sets for a in ("--set", s)],
            *(["--resume"] if (run / "config.json").is_file() else [])]  # fmt: skip
     t0 = time.perf_counter()
-    rc = subprocess.run(cmd, cwd=root).returncode
+    rc = run_child(cmd, root, pass_fds)
     if rc != 0 and not (collapsed_ok and rc == 3):
         raise subprocess.CalledProcessError(rc, cmd)
     done = {"seconds": time.perf_counter() - t0, "collapsed": rc == 3}

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,16 @@ from torch import nn
 from vsekit.lab.features.backbones import Backbone, LayerSpec, register_backbone
 
 FLICKR8K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "flickr8k"
+
+
+def wait_for(cond: Callable[[], object], timeout: float = 20.0) -> bool:
+    """Poll ``cond`` every 50 ms until it holds or ``timeout`` seconds pass; its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return bool(cond())
 
 
 def write_image(path: Path, seed: int = 0, size: int = 32) -> Path:

@@ -262,7 +262,7 @@ def test_an_instability_run_is_recorded_with_its_family_and_judged_on_its_last_m
     monkeypatch.setattr(runner, "RUNS", tmp_path)
     head = {"now": "a" * 40}
 
-    def train_run(r, cfg, sets, root, collapsed_ok):
+    def train_run(r, cfg, sets, root, collapsed_ok, pass_fds=()):
         given.update(run=r, config=cfg, sets=sets)
         head["now"] = "b" * 40  # a commit lands while the run trains
 

@@ -12,20 +12,11 @@ import threading
 import time
 from pathlib import Path
 
-from tests.conftest import make_tiny_model, write_image
+from tests.conftest import make_tiny_model, wait_for, write_image
 from tests.test_faults import ROOT, assert_consistent
 from tests.test_index import INFO, CountingEmbedder
 from vsekit.index import Collection
 from vsekit.index.watch import watch
-
-
-def wait_for(cond, timeout: float = 20.0) -> bool:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def names(coll: Collection) -> set[str]:

@@ -14,8 +14,9 @@ The fair grid (``fair_protocol.py``) runs in the background, niced, one runner:
         > ~/.cache/vsekit/claims/fair-runner.log 2>&1 &
 
 It builds the 2-crop ResNet-50 store first if it is missing (about 25 minutes of one
-core). To stop it, kill its process id (``kill PID``); the same command resumes: the cell
-it was training resumes from its last finished epoch. Its cells land in
+core). To stop it, kill its process id (``kill PID``; its trainer gets SIGTERM as it dies,
+and the cell's lock lasts until the trainer has exited); the same command resumes: the
+cell it was training resumes from its last finished epoch. Its cells land in
 ``benchmarks/research/cells_fair/``; commit them, and regenerate the report
 (``python benchmarks/research/claims.py``).
 """
@@ -59,6 +60,13 @@ def claim(name: str) -> bool:
         return False
     _HELD[name] = fd
     return True
+
+
+def held(name: str) -> tuple[int, ...]:
+    """The lock descriptor this process holds on cell ``name``, for its trainer to inherit:
+    the lock then lasts until the trainer has exited too, so a runner killed mid-cell
+    frees the cell only once its trainer (sent SIGTERM as the runner dies) has stopped."""
+    return (_HELD[name],) if name in _HELD else ()
 
 
 def release(name: str) -> None:
@@ -168,7 +176,7 @@ def run_fair_cell(cell: fair.FairCell | fair.InstCell) -> dict:
     # the code the training imports now, not HEAD once it ends (a resumed run's earlier
     # part may have trained with an earlier commit)
     commit = git_commit()
-    train_run(run, cell.config, sets, ROOT, collapsed_ok=True)
+    train_run(run, cell.config, sets, ROOT, collapsed_ok=True, pass_fds=held(cell.name))
     epochs, events, seconds = run_log(run)
     meta = json.loads((run / "config.json").read_text())
     scores = scoring.score(cell, run)  # slice and dev at the slice's best epoch
@@ -212,7 +220,7 @@ def run_cell(cell: Cell | families.Job) -> dict:
     """Train ``cell`` (resuming a killed run), score it, and record it atomically."""
     run = RUNS / cell.name
     t0 = time.perf_counter()
-    train_run(run, cell.config, cell.overrides(), ROOT, collapsed_ok=True)
+    train_run(run, cell.config, cell.overrides(), ROOT, collapsed_ok=True, pass_fds=held(cell.name))
     state = json.loads((run / "done.json").read_text())
     log = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
     log = [e for e in log if "event" not in e]  # epochs only

@@ -379,6 +379,11 @@ def test_the_fastest_epoch_is_read_per_cpu_model_once_the_grid_ran_on_two():
                              "epoch_seconds": [31.0] * 13}  # fmt: skip
     text = "\n".join(fair_report.section(done))
     assert "| 40 s (AMD EPYC); 31 s (Intel Xeon Processor) | 13-13 |" in text
+    # an epoch whose time was not one trainer's is null, and is not read
+    done[names[1]] = done[names[1]] | {"epoch_seconds": [None] * 12 + [33.0]}
+    done[names[2]] = done[names[2]] | {"epoch_seconds": [None] * 12 + [29.0]}
+    text = "\n".join(fair_report.section(done))
+    assert "| 40 s (AMD EPYC); 29 s (Intel Xeon Processor) | 13-13 |" in text
 
 
 def test_the_cells_table_names_the_store_each_cell_read():

@@ -185,7 +185,9 @@ def fastest_epochs(cells: list[dict], label: bool) -> str:
     by_cpu: dict[str, list[float]] = {}
     for c in cells:
         if not gpu_of(c):
-            by_cpu.setdefault(cpu_of(c), []).extend(c.get("epoch_seconds", []))
+            # null: an epoch whose time was not one trainer's (the cell's "amended" says why)
+            times = [t for t in c.get("epoch_seconds", []) if t is not None]
+            by_cpu.setdefault(cpu_of(c), []).extend(times)
     times = {cpu: min(ts) for cpu, ts in sorted(by_cpu.items()) if ts}
     if not times:
         return "—"

@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import os
 import platform
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -66,29 +67,33 @@ def run_best(run: Path) -> dict:
             "epochs_run": len(rows), "train_seconds": round(done["seconds"], 1)}  # fmt: skip
 
 
-def die_with_parent(parent: int) -> None:
-    """Run in a child before it starts (``preexec_fn``): on Linux the kernel sends it
-    SIGTERM when ``parent`` dies (``prctl(PR_SET_PDEATHSIG)``), so a killed runner leaves no
-    trainer behind to train its cell beside the next runner's."""
-    import ctypes
-    import signal
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # the parent died before the line above took effect
+def die_with_parent(prctl: Callable[[int, int], int], parent: int) -> None:
+    """Run in a child before it starts (``preexec_fn``): the kernel sends it SIGTERM when
+    the thread that started it exits (``prctl(PR_SET_PDEATHSIG)``; that thread waits on
+    the child, so: when ``parent`` dies), so a killed runner leaves no trainer behind to
+    train its cell beside the next runner's. Only ``prctl`` (looked up in the parent, so
+    nothing here loads a library after the fork) and ``getppid`` run here."""
+    if prctl(1, 15) != 0:  # PR_SET_PDEATHSIG, SIGTERM
+        os._exit(1)
+    if os.getppid() != parent:  # the parent died before the call above took effect
         os._exit(1)
 
 
 def run_child(cmd: list[str], cwd: Path, pass_fds: tuple[int, ...] = ()) -> int:
-    """``cmd``'s exit code. It dies with this process (on Linux), and it inherits
-    ``pass_fds``: a lock passed there is held until both have exited."""
+    """``cmd``'s exit code, waiting for it in the calling thread (the child dies when that
+    thread exits: keep this a blocking call, not a ``Popen`` left to another thread). On
+    Linux it dies with this process, and it inherits ``pass_fds``: a lock passed there is
+    held until both have exited."""
+    import ctypes
     import functools
     import subprocess
     import sys
 
-    on_death = functools.partial(die_with_parent, os.getpid())
-    linux = sys.platform.startswith("linux")
-    return subprocess.run(cmd, cwd=cwd, pass_fds=pass_fds,
-                          preexec_fn=on_death if linux else None).returncode  # fmt: skip
+    on_death = None
+    if sys.platform.startswith("linux"):
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        on_death = functools.partial(die_with_parent, prctl, os.getpid())
+    return subprocess.run(cmd, cwd=cwd, pass_fds=pass_fds, preexec_fn=on_death).returncode
 
 
 def train_run(

@@ -16,7 +16,8 @@ FLICKR8K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "fli
 
 
 def wait_for(cond: Callable[[], object], timeout: float = 20.0) -> bool:
-    """Poll ``cond`` every 50 ms until it holds or ``timeout`` seconds pass; its last value."""
+    """Poll ``cond`` every 50 ms until it holds or ``timeout`` seconds pass: whether it
+    held."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():

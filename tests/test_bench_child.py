@@ -4,6 +4,7 @@ behind to train the cell beside the next runner's."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import signal
@@ -42,22 +43,26 @@ def _start(tmp_path: Path, ignore: bool) -> tuple[subprocess.Popen, int]:
     lock, pid = tmp_path / "cell.lock", tmp_path / "trainer.pid"
     code = RUNNER.format(bench=str(BENCH), lock=str(lock), pid=str(pid), ignore=ignore)
     runner = subprocess.Popen([sys.executable, "-c", code])
-    for _ in range(200):
-        if pid.is_file() and pid.read_text():
-            return runner, int(pid.read_text())
-        time.sleep(0.05)
-    runner.kill()
-    raise AssertionError("the trainer never started")
+    if not wait_for(lambda: pid.is_file() and pid.read_text() != "", timeout=30):
+        runner.kill()
+        runner.wait()
+        raise AssertionError("the trainer never started")
+    return runner, int(pid.read_text())
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie has exited: it only waits for init to reap it)."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (ProcessLookupError, OSError):
         return False
-    # a zombie has exited; it only waits for its parent (here: init) to reap it
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.is_file() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    return state != "Z"
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
 
 
 def _locked(lock: Path) -> bool:
@@ -73,11 +78,14 @@ def _locked(lock: Path) -> bool:
 
 def test_the_trainer_dies_when_its_runner_is_killed(tmp_path):
     runner, trainer = _start(tmp_path, ignore=False)
-    assert _alive(trainer) and _locked(tmp_path / "cell.lock")
-    runner.send_signal(signal.SIGKILL)  # no handler of the runner's can run
-    runner.wait()
-    assert wait_for(lambda: not _alive(trainer)), "the trainer outlived its runner"
-    assert wait_for(lambda: not _locked(tmp_path / "cell.lock"))
+    try:
+        assert _alive(trainer) and _locked(tmp_path / "cell.lock")
+        runner.send_signal(signal.SIGKILL)  # no handler of the runner's can run
+        runner.wait()
+        assert wait_for(lambda: not _alive(trainer), 10), "the trainer outlived its runner"
+        assert wait_for(lambda: not _locked(tmp_path / "cell.lock"), 10)
+    finally:
+        _kill(trainer)
 
 
 def test_the_cell_stays_locked_until_the_trainer_has_exited(tmp_path):
@@ -88,5 +96,5 @@ def test_the_cell_stays_locked_until_the_trainer_has_exited(tmp_path):
         time.sleep(0.3)
         assert _alive(trainer) and _locked(tmp_path / "cell.lock")  # no second runner yet
     finally:
-        os.kill(trainer, signal.SIGKILL)
-    assert wait_for(lambda: not _locked(tmp_path / "cell.lock"))
+        _kill(trainer)
+    assert wait_for(lambda: not _locked(tmp_path / "cell.lock"), 10)

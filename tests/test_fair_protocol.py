@@ -263,7 +263,7 @@ def test_an_instability_run_is_recorded_with_its_family_and_judged_on_its_last_m
     head = {"now": "a" * 40}
 
     def train_run(r, cfg, sets, root, collapsed_ok, pass_fds=()):
-        given.update(run=r, config=cfg, sets=sets)
+        given.update(run=r, config=cfg, sets=sets, pass_fds=pass_fds)
         head["now"] = "b" * 40  # a commit lands while the run trains
 
     monkeypatch.setattr(runner, "train_run", train_run)
@@ -276,7 +276,9 @@ def test_an_instability_run_is_recorded_with_its_family_and_judged_on_its_last_m
     monkeypatch.setattr(runner, "git_commit", lambda: head["now"])
     monkeypatch.setattr(runner, "machine", lambda: {"cpu": "test"})
     monkeypatch.setattr(runner, "store_digest", lambda: {"fne.i8": "c" * 64})
+    monkeypatch.setitem(runner._HELD, cell.name, 97)  # the runner's lock on the cell
     rec = runner.run_fair_cell(cell)
+    assert given["pass_fds"] == (97,)  # the trainer holds it too
     assert given["run"] == run and given["config"] == "configs/flickr8k-fne-poe.yaml"
     assert "model.abs=true" in given["sets"] and "train.lr_max_phase=null" in given["sets"]
     assert written == rec and rec["cell"] == cell.name and "recipe" not in rec
@@ -397,3 +399,9 @@ def test_the_cells_table_names_the_store_each_cell_read():
     rows = {x[0]: x[-1] for x in lines}
     assert rows[a] == rows[b] != rows[c] and len(rows[a]) == 7
     assert all(rows[n] == "—" for n in done if n not in (a, b, c))
+    # a ternary-FNE cell names its fne.i8 only: a copy of it (portable.py, no pooled.f32)
+    # names the same store
+    fne = {n: c for n, c in done.items() if n in (a, b)}
+    fne[a] = fne[a] | {"row": "fne-sh", "store_sha256": {"fne.i8": "4" * 64}}
+    fne[b] = fne[b] | {"row": "fne-sh", "store_sha256": {"fne.i8": "4" * 64, "pooled.f32": "5"}}
+    assert fair_report.store_id(fne[a]) == fair_report.store_id(fne[b]) != rows[a]

@@ -95,9 +95,10 @@ records its search ``recipe``, its effective configuration once (the resolved co
 run trained with), the epochs run, the events (decays, early stop), ``hit_cap``, train and
 wall seconds and each epoch's training time (``epoch_seconds``), the machine, the commit,
 and the slice and dev metrics; from 2026-11-27 on, also the sha256 of the store's feature
-files and of its FNE statistics (``store_sha256``): the store is rebuilt on each new
-machine, and its float rounding may differ from one CPU to the next. The instability runs,
-``fair-inst-<family>-<variant>-s<seed>.json``, record ``family``, ``variant`` (e.g.
+files, of its FNE statistics and of the FNE fit's settings (``store_sha256``, with
+``fne_fit``): the store is rebuilt on each new machine (``portable.py`` copies the ternary
+FNE's bytes instead), and its float rounding may differ from one CPU to the next. The
+instability runs, ``fair-inst-<family>-<variant>-s<seed>.json``, record ``family``, ``variant`` (e.g.
 ``fne-bl-abs``) and ``setting`` (its learning rate, margin and ``abs``) in place of
 ``recipe``, and also ``dev_last`` and ``order_stats`` (``scoring.score``).
 

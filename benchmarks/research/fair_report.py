@@ -196,12 +196,20 @@ def fastest_epochs(cells: list[dict], label: bool) -> str:
     return "; ".join(f"{t:.0f} s ({cpu or 'CPU not recorded'})" for cpu, t in times.items())
 
 
+# the store's files each feature reads (``runner.store_digest``'s keys)
+READS = {"fc7": ("pooled.f32",), "fne": ("fne.i8",),
+         "fnef": ("pooled.f32", "fne_stats.safetensors")}  # fmt: skip
+
+
 def store_id(cell: dict) -> str:
-    """A short name for the store a cell read (— where the cell predates the record)."""
-    digests = cell.get("store_sha256")
-    if not digests:
+    """A short name for the store files a cell read: the ones its feature reads (so that a
+    copy of the FNE's bytes on another machine, ``portable.py``, names the same store);
+    — where the cell predates the record."""
+    digests = cell.get("store_sha256") or {}
+    read = {k: digests[k] for k in READS[cell["row"].split("-")[0]] if k in digests}
+    if not read:
         return "—"
-    return hashlib.sha256(json.dumps(digests, sort_keys=True).encode()).hexdigest()[:7]
+    return hashlib.sha256(json.dumps(read, sort_keys=True).encode()).hexdigest()[:7]
 
 
 def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list[str]:
@@ -231,7 +239,9 @@ def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list
              "the grid | seeds | dev rsum, mean ± std | paper rsum | fastest epoch | epochs "
              "run |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     top = []  # rows whose best recipe so far has the most dropout the grid offers
-    label = len({cpu_of(c) for c in t2.values() if not gpu_of(c) and c.get("epoch_seconds")}) > 1
+    timed = [c for c in t2.values() if not gpu_of(c) and any(
+        t is not None for t in c.get("epoch_seconds", []))]  # fmt: skip
+    label = len({cpu_of(c) for c in timed}) > 1
     for row in fair.rows():
         score = fair.slice_score(done, row)
         mine = [c for c in t2.values() if c["row"] == row and c["seed"] == 0]
@@ -269,10 +279,12 @@ def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list
         lines += inst_section(inst, first or {})
     lines += ["", "### The fair protocol's cells", "",
               "An instability run's dev rsum is its last model's, which it is judged on.", "",
-              "The store column names the extraction a cell read: the first characters of "
-              "a sha256 over its feature files and FNE statistics (`store_sha256`, recorded "
-              "from 2026-11-27 on; the store is rebuilt on each new machine, and its float "
-              "rounding may differ from one CPU to the next). Earlier cells show —.", "",
+              "The store column names the store files a cell read: the first characters of "
+              "a sha256 over the ones its feature reads (`store_sha256`, recorded from "
+              "2026-11-27 on: pool5 and the float FNE read the extracted activations, the "
+              "ternary FNE its `fne.i8`, which `portable.py` copies byte for byte). A new "
+              "machine otherwise rebuilds the store, and its float rounding may differ from "
+              "one CPU to the next. Earlier cells show —.", "",
               "| cell | slice rsum (selects) | dev rsum (reported) | best epoch / epochs run "
               "| lr decays | ended by | train time | commit | store |",
               "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip

@@ -6,7 +6,8 @@ the repository), scored on the selection slice and on dev, and recorded as one J
 (a temporary file, then a rename). A recorded cell is never re-run; a killed run resumes
 from its last epoch, since its run folder holds its checkpoints. Several runners may share
 a grid (one per core): each takes a cell by an exclusive ``flock`` on
-``RUNS/<cell>.lock``, which the kernel drops when a runner dies.
+``RUNS/<cell>.lock``, which the kernel drops when the runner and its trainer (which dies
+with the runner and inherits the lock) have both exited.
 
 The fair grid (``fair_protocol.py``) runs in the background, niced, one runner:
 
@@ -48,9 +49,11 @@ _HELD: dict[str, int] = {}  # cell -> the descriptor whose flock this process ho
 
 def claim(name: str) -> bool:
     """Take cell ``name`` for this process: an exclusive ``flock`` on
-    ``RUNS/<name>.lock``, held until :func:`release` (the kernel drops it when a runner
-    dies, so a killed runner's cell is free again and its run resumes from the last
-    epoch). Lock files are never removed, so two runners always lock the same file."""
+    ``RUNS/<name>.lock``, held until :func:`release` and, through :func:`held`, by the
+    cell's trainer until it exits (the kernel drops it once both have: a killed runner's
+    cell is free again when its trainer has stopped, and its run resumes from the last
+    epoch; a runner restarted before then takes another cell). Lock files are never
+    removed, so two runners always lock the same file."""
     RUNS.mkdir(parents=True, exist_ok=True)
     fd = os.open(RUNS / f"{name}.lock", os.O_CREAT | os.O_RDWR)
     try:
@@ -170,6 +173,7 @@ def run_fair_cell(cell: fair.FairCell | fair.InstCell) -> dict:
     import yaml
 
     run = RUNS / cell.name
+    store = store_digest()  # the store as training reads it (once per runner: ~1 s a GB)
     t0 = time.perf_counter()
     margin = yaml.safe_load((ROOT / cell.config).read_text())["loss"]["margin"]
     sets = [f"{k}={_value(v)}" for k, v in cell.settings(STORE, float(margin)).items()]
@@ -196,7 +200,7 @@ def run_fair_cell(cell: fair.FairCell | fair.InstCell) -> dict:
         "date": dt.date.today().isoformat(),
         "git_commit": commit,
         "machine": machine(),
-        "store_sha256": store_digest(),
+        "store_sha256": store,
         "train_seconds": round(seconds, 1),
         # this runner's part only: a resumed run's earlier part is in train_seconds
         "wall_seconds": round(time.perf_counter() - t0, 1),

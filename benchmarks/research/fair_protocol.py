@@ -98,9 +98,9 @@ and the slice and dev metrics; from 2026-11-27 on, also the sha256 of the store'
 files, of its FNE statistics and of the FNE fit's settings (``store_sha256``, with
 ``fne_fit``): the store is rebuilt on each new machine (``portable.py`` copies the ternary
 FNE's bytes instead), and its float rounding may differ from one CPU to the next. The
-instability runs, ``fair-inst-<family>-<variant>-s<seed>.json``, record ``family``, ``variant`` (e.g.
-``fne-bl-abs``) and ``setting`` (its learning rate, margin and ``abs``) in place of
-``recipe``, and also ``dev_last`` and ``order_stats`` (``scoring.score``).
+instability runs, ``fair-inst-<family>-<variant>-s<seed>.json``, record ``family``,
+``variant`` (e.g. ``fne-bl-abs``) and ``setting`` (its learning rate, margin and ``abs``)
+in place of ``recipe``, and also ``dev_last`` and ``order_stats`` (``scoring.score``).
 
 **Machines** (added on 2026-11-27). A cell may train on another machine, a GPU one
 included, from what ``portable.py`` carries (ternary-FNE cells only: ``pooled.f32`` does

@@ -179,15 +179,20 @@ def cpu_of(cell: dict) -> str:
     return cell.get("machine", {}).get("cpu", "").replace("(R)", "").replace("(TM)", "")
 
 
+def cpu_times(cell: dict) -> list[float]:
+    """A CPU cell's epoch times (none for a GPU cell); a null epoch time was not one
+    trainer's (the cell's ``amended`` says why) and is left out."""
+    if gpu_of(cell):
+        return []
+    return [t for t in cell.get("epoch_seconds", []) if t is not None]
+
+
 def fastest_epochs(cells: list[dict], label: bool) -> str:
     """The fastest epoch of ``cells`` trained on a CPU, per CPU model (named when
     ``label``: CPUs differ from machine to machine, so times compare within one model)."""
     by_cpu: dict[str, list[float]] = {}
     for c in cells:
-        if not gpu_of(c):
-            # null: an epoch whose time was not one trainer's (the cell's "amended" says why)
-            times = [t for t in c.get("epoch_seconds", []) if t is not None]
-            by_cpu.setdefault(cpu_of(c), []).extend(times)
+        by_cpu.setdefault(cpu_of(c), []).extend(cpu_times(c))
     times = {cpu: min(ts) for cpu, ts in sorted(by_cpu.items()) if ts}
     if not times:
         return "—"
@@ -239,9 +244,7 @@ def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list
              "the grid | seeds | dev rsum, mean ± std | paper rsum | fastest epoch | epochs "
              "run |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     top = []  # rows whose best recipe so far has the most dropout the grid offers
-    timed = [c for c in t2.values() if not gpu_of(c) and any(
-        t is not None for t in c.get("epoch_seconds", []))]  # fmt: skip
-    label = len({cpu_of(c) for c in timed}) > 1
+    label = len({cpu_of(c) for c in t2.values() if cpu_times(c)}) > 1
     for row in fair.rows():
         score = fair.slice_score(done, row)
         mine = [c for c in t2.values() if c["row"] == row and c["seed"] == 0]

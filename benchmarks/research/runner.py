@@ -36,6 +36,8 @@ from pathlib import Path
 
 from _common import machine, train_run
 
+from vsekit.fsio import file_sha256
+
 from . import fair_protocol as fair
 from . import families, scoring
 from .protocol import CELLS, REG_BASE, REG_TEXT, RUNS, STORE, Cell, load_cells
@@ -101,11 +103,7 @@ def store_digest(store: str = STORE) -> dict[str, str]:
     out = {}
     for name in ("pooled.f32", "fne.i8", "fne_stats.safetensors"):
         if (path / name).is_file():
-            h = hashlib.sha256()
-            with open(path / name, "rb") as f:
-                while chunk := f.read(1 << 24):
-                    h.update(chunk)
-            out[name] = h.hexdigest()
+            out[name] = file_sha256(path / name)
     fne = json.loads((path / "meta.json").read_text()).get("fne")
     out["fne_fit"] = hashlib.sha256(json.dumps(fne, sort_keys=True).encode()).hexdigest()
     return out

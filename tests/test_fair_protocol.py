@@ -129,6 +129,28 @@ def test_the_report_section_reads_the_cells():
     assert f"| {name} | 318.0 | 318.0 | 9 / 13 | 1 | early stop | 10 min | 0000000 | — |" in text
 
 
+def test_the_benchmarks_table_holds_the_rows_whose_seeds_have_all_run():
+    peaked = _peaked(-5)  # 3.16e-3
+    done, _ = _run_grid(lambda c: peaked(c) + (20 if c.feature == "fc7" else 0),
+                        ("fc7-sh", "fne-sh"))  # fmt: skip
+    # FNE-SH's seed 2 has not run: its row waits, FC7-SH's is in
+    done = {
+        k: v for k, v in done.items() if not (k.startswith("fair-fne-sh") and k.endswith("-s2"))
+    }
+    table = fair_report.benchmarks_table(done)
+    assert table[2:] == [
+        "| FC7-SH (pool5, L2) | lr 3.2e-3, dropout 0.2 | 3 | 319.0 ± 1.0 | 247.2 |"
+    ]
+    assert fair_report.benchmarks_table({}) == table[:2]  # the header alone
+
+
+def test_a_recipe_in_words_names_what_differs_from_the_defaults():
+    words = fair_report.recipe_words
+    assert words(fair.Recipe(-6)) == "lr 1e-3, no dropout"
+    assert words(fair.Recipe(-7, "layernorm", 0.5)) == "lr 3.2e-4, LayerNorm, dropout 0.5"
+    assert words(fair.Recipe(-4, "none", 0.2, 0.5)) == "lr 1e-2, dropout 0.2, margin x0.5"
+
+
 def test_a_row_with_one_seed_shows_its_rsum_without_a_spread():
     peaked = _peaked(-6)
     done, _ = _run_grid(lambda c: peaked(c) + 20, ("fc7-sh",))

@@ -217,6 +217,49 @@ def store_id(cell: dict) -> str:
     return hashlib.sha256(json.dumps(read, sort_keys=True).encode()).hexdigest()[:7]
 
 
+BENCHMARKS_BEGIN = "<!-- fair table: begin -->"
+BENCHMARKS_END = "<!-- fair table: end -->"
+ROW_NAMES = {"fc7": ("FC7", "pool5, L2"), "fne": ("FNE", "ternary"),
+             "fnef": ("float FNE", "standardised")}  # fmt: skip
+
+
+def _lr(lr: float) -> str:
+    """3.16e-3 -> "3.2e-3", 1e-3 -> "1e-3"."""
+    mantissa, exponent = f"{lr:.1e}".split("e")
+    return f"{mantissa.removesuffix('.0')}e{int(exponent)}"
+
+
+def recipe_words(pick: fair.Recipe) -> str:
+    """A chosen recipe in words, e.g. "lr 3.2e-3, LayerNorm, dropout 0.5" (the margin
+    only when it is not the paper's)."""
+    words = [f"lr {_lr(pick.lr)}"]
+    words += ["LayerNorm"] if pick.norm == "layernorm" else []
+    words += [f"dropout {pick.dropout:g}" if pick.dropout else "no dropout"]
+    words += [f"margin x{pick.margin:g}"] if pick.margin != 1 else []
+    return ", ".join(words)
+
+
+def benchmarks_table(done: dict[str, dict]) -> list[str]:
+    """docs/benchmarks.md's table of the fair protocol (between its markers): every row
+    whose search is over and whose seeds have all run, in the grid's order, with its
+    chosen recipe and dev rsum (mean ± std over the seeds)."""
+    t2, _ = split(done)
+    lines = ["| row | recipe chosen on the slice | seeds | dev rsum | paper |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for row in fair.rows():
+        pick = fair.chosen(row, t2)
+        cells = row_cells(row, pick, t2) if pick is not None else []
+        if not cells or len(cells) < len(fair.seeds(row)):
+            continue
+        feature, pipeline = row.split("-")
+        name, what = ROW_NAMES[feature]
+        paper = f"{sum(PAPER[row]):.1f}" if row in PAPER else "—"
+        lines.append(f"| {name}-{pipeline.upper()} ({what}) | {recipe_words(pick)} | "
+                     f"{len(cells)} | {_mean_std([c['dev']['rsum'] for c in cells])} | "
+                     f"{paper} |")  # fmt: skip
+    return lines
+
+
 def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list[str]:
     """Markdown lines for docs/claims.md (none while no fair cell is recorded);
     ``first``: the first protocol's cells, for the instability counts' comparison."""

@@ -1,5 +1,6 @@
 """The report of the claims grid, from the recorded cells alone: docs/claims.md,
-docs/claims.png and the README's claims block. Nothing here trains or reads a run
+docs/claims.png, the README's claims block and the fair protocol's table in
+docs/benchmarks.md. Nothing here trains or reads a run
 (but for the superseded cells' phases, where a cell lacks them); ``claims_text`` and
 ``readme_lines`` are pure functions of the cells."""
 
@@ -689,23 +690,36 @@ def _fne_line(tested: dict[str, tuple[str, float, float, bool, bool]]) -> str:
     return text
 
 
+def with_block(text: str, begin: str, end: str, lines: list[str]) -> str | None:
+    """``text`` with what lies between its markers ``begin`` and ``end`` replaced by
+    ``lines``; None if it lacks either marker."""
+    if begin not in text or end not in text:
+        return None
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return head + "\n".join([begin, *lines, end]) + tail
+
+
 def with_readme_block(
     text: str, done: dict[str, dict], fair_done: dict[str, dict] | None = None
 ) -> str | None:
     """``text`` (the README) with its block between the claims markers made anew from
     ``done`` and ``fair_done``; None if it has no such block."""
-    if README_BEGIN not in text or README_END not in text:
-        return None
-    head, rest = text.split(README_BEGIN, 1)
-    _, tail = rest.split(README_END, 1)
     fair = fair_report.readme_line(fair_done or {})
-    lines = [README_BEGIN, *readme_lines(done), *([fair] if fair else []), README_END]
-    return head + "\n".join(lines) + tail
+    return with_block(
+        text, README_BEGIN, README_END, [*readme_lines(done), *([fair] if fair else [])]
+    )
 
 
-def update_readme(done: dict[str, dict], fair_done: dict[str, dict], path: Path) -> bool:
-    """Replace the README's block between the claims markers; False if it has none."""
-    text = with_readme_block(path.read_text(), done, fair_done)
+def with_benchmarks_block(text: str, fair_done: dict[str, dict]) -> str | None:
+    """``text`` (docs/benchmarks.md) with its fair-protocol table made anew from
+    ``fair_done``; None if it has no such block."""
+    lines = fair_report.benchmarks_table(fair_done)
+    return with_block(text, fair_report.BENCHMARKS_BEGIN, fair_report.BENCHMARKS_END, lines)
+
+
+def update_file(path: Path, text: str | None) -> bool:
+    """Write ``text`` to ``path`` unless it is None (the file lacks its markers)."""
     if text is not None:
         path.write_text(text)
     return text is not None
@@ -729,13 +743,17 @@ def claims_text(
 
 
 def write(done: dict[str, dict], fair_done: dict[str, dict], root: Path = ROOT) -> None:
-    """Write docs/claims.md, docs/claims.png and the README's claims block."""
+    """Write docs/claims.md, docs/claims.png, the README's claims block and the fair
+    protocol's table in docs/benchmarks.md."""
     out = root / "docs" / "claims.md"
     drawn = plot_table2(done, root / "docs" / "claims.png")
     out.write_text(claims_text(done, fair_done, figure=drawn))
     print(f"wrote {out}")
-    if update_readme(done, fair_done, root / "README.md"):
-        print(f"updated the claims lines of {root / 'README.md'}")
+    readme, bench = root / "README.md", root / "docs" / "benchmarks.md"
+    if update_file(readme, with_readme_block(readme.read_text(), done, fair_done)):
+        print(f"updated the claims lines of {readme}")
+    if update_file(bench, with_benchmarks_block(bench.read_text(), fair_done)):
+        print(f"updated the fair-protocol table of {bench}")
 
 
 def table2_rows(done: dict[str, dict]) -> list[tuple[str, float, float | None, float | None]]:

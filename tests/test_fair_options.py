@@ -1,6 +1,7 @@
 """The training options the fair claims protocol grids (benchmarks/research/fair_protocol.py):
 input normalisation of precomputed image features (``model.img_norm``) and reduce-on-plateau
-before early stopping (``train.plateau_decays``)."""
+before early stopping (``train.plateau_decays``), counted once a run has left its start
+(``train.patience_from``)."""
 
 from __future__ import annotations
 
@@ -84,6 +85,22 @@ def test_plateau_decays_the_rate_then_stops(tmp_path):
     assert res["epochs_run"] == 4
 
 
+def test_a_run_below_patience_from_is_neither_decayed_nor_stopped(tmp_path):
+    """The same never-improving run as above, but its best score never reaches
+    ``patience_from``: it keeps its rate and runs every epoch; with the bar at its own
+    score, plateaus count again."""
+    cfg = small_cfg(epochs=6, lr=1e-12, patience=1, plateau_decays=2, patience_from=1e9)
+    res = Trainer(cfg, make_data(), tmp_path / "high", progress=False).fit()
+    rows = (tmp_path / "high" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(r)["lr"] for r in rows if '"lr"' in r] == pytest.approx([1e-12] * 6)
+    assert res["events"] == [] and res["epochs_run"] == 6
+    cfg = small_cfg(epochs=30, lr=1e-12, patience=1, plateau_decays=2, patience_from=0.0)
+    res = Trainer(cfg, make_data(), tmp_path / "low", progress=False).fit()
+    assert [e["event"] for e in res["events"]][-1] == "early stop" and res["epochs_run"] == 4
+
+
 def test_plateau_decays_need_patience():
     with pytest.raises(ConfigError, match="train.plateau_decays"):
         validate(small_cfg(plateau_decays=1))
+    with pytest.raises(ConfigError, match="train.patience_from"):
+        validate(small_cfg(patience_from=20.0))

@@ -87,6 +87,10 @@ class TrainConfig:
     # with patience: on each of the first plateau_decays plateaus, multiply lr by lr_decay
     # and go on (the count restarts at the curriculum's switch); stop at the next one
     plateau_decays: int = 0
+    # with patience: plateaus count only once the best selection score reaches this, so
+    # a run still at its start (the order loss's slow start) is neither decayed nor
+    # stopped (None: from the first epoch)
+    patience_from: float | None = None
     max_minutes: float | None = None  # training time budget (evaluation included)
     optimizer: str = "adam"  # adam (AdamW) | rmsprop | sgd | closed_form (linear w2vv only)
     eps: float | None = None  # optimizer epsilon (None: PyTorch's default)
@@ -182,6 +186,11 @@ def validate(cfg: ExperimentConfig, where: str = "config") -> None:
             cfg.train.plateau_decays == 0 or cfg.train.patience > 0,
             "train.plateau_decays",
             "0 unless train.patience is set (a plateau is patience epochs without gain)",
+        ),
+        (
+            cfg.train.patience_from is None or cfg.train.patience > 0,
+            "train.patience_from",
+            "null unless train.patience is set",
         ),
         (cfg.train.lr > 0, "train.lr", "> 0"),
         (cfg.train.eval_batch >= 1, "train.eval_batch", ">= 1"),

@@ -292,8 +292,13 @@ class Trainer:
             # patience ends L_S only through the switch: a curriculum's L_S phase is not
             # stopped (a plain sum-hinge run, whose phase is "sum" too, is)
             curriculum_ls = state["curriculum"] == "sum_then_max" and state["phase"] == "sum"
+            started = t.patience_from is None or state["best_score"] >= t.patience_from
             plateau = (
-                not plan and t.patience and state["bad_epochs"] >= t.patience and not curriculum_ls
+                not plan
+                and t.patience
+                and state["bad_epochs"] >= t.patience
+                and not curriculum_ls
+                and started
             )
             if plateau and state.get("decays", 0) < t.plateau_decays:
                 # reduce on plateau, saved with the epoch so that a resume repeats nothing

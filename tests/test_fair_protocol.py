@@ -427,3 +427,22 @@ def test_the_cells_table_names_the_store_each_cell_read():
     fne[a] = fne[a] | {"row": "fne-sh", "store_sha256": {"fne.i8": "4" * 64}}
     fne[b] = fne[b] | {"row": "fne-sh", "store_sha256": {"fne.i8": "4" * 64, "pooled.f32": "5"}}
     assert fair_report.store_id(fne[a]) == fair_report.store_id(fne[b]) != rows[a]
+
+
+def test_only_moe_cells_run_on_until_they_leave_their_start():
+    """MOE's cells, Table 2's and the instability runs, count plateaus only from a slice
+    rsum of ``STARTED_SLICE``; no other pipeline's cells set it."""
+    for p in fair.PIPELINES:
+        got = fair.FairCell(f"fne-{p}", fair.Recipe(-6), 0).settings("S", 0.2)
+        assert got.get("train.patience_from") == (fair.STARTED_SLICE if p == "moe" else None)
+    inst = {c.family: c.settings("S", 0.2).get("train.patience_from") for c in fair.inst_cells()}
+    assert inst == {"moe": fair.STARTED_SLICE, "poe": None}
+
+
+def test_the_report_names_the_superseded_cells(tmp_path, monkeypatch):
+    monkeypatch.setattr(fair_report, "SUPERSEDED", tmp_path)
+    assert fair_report.superseded_lines() == []
+    (tmp_path / "fair-fne-moe-lr0.001-nnone-d0-m1-s0.json").write_text("{}")
+    line = fair_report.superseded_lines()[-1]
+    assert "Superseded: 1 cell of this protocol" in line and "No verdict uses it." in line
+    assert "fair-fne-moe-lr0.001-nnone-d0-m1-s0" in line

@@ -260,6 +260,22 @@ def benchmarks_table(done: dict[str, dict]) -> list[str]:
     return lines
 
 
+SUPERSEDED = fair.CELLS / "superseded"
+
+
+def superseded_lines() -> list[str]:
+    """A line on this protocol's cells recorded under a rule an amendment replaced
+    (``cells_fair/superseded/``), if any."""
+    names = sorted(p.stem for p in SUPERSEDED.glob("*.json"))
+    if not names:
+        return []
+    return ["", f"Superseded: {len(names)} cell{'s' if len(names) > 1 else ''} of this "
+            f"protocol (`benchmarks/research/cells_fair/superseded/`: "
+            f"{', '.join(names)}), recorded under a rule that an amendment in the "
+            "protocol's docstring replaced, and run again under the new one. No verdict "
+            f"uses {'them' if len(names) > 1 else 'it'}."]  # fmt: skip
+
+
 def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list[str]:
     """Markdown lines for docs/claims.md (none while no fair cell is recorded);
     ``first``: the first protocol's cells, for the instability counts' comparison."""
@@ -282,7 +298,7 @@ def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list
              "chosen recipe's epochs run, over the seeds, give the rest. Cells that trained "
              "on a borrowed GPU machine (`portable.py`; the cells table marks them, and a "
              "GPU's bf16 arithmetic is not a CPU's) count for the search and the seeds, not "
-             "for the fastest epoch.", "",
+             "for the fastest epoch.", *superseded_lines(), "",
              "| row | seed-0 cells | best on the slice so far | chosen recipe | lr inside "
              "the grid | seeds | dev rsum, mean ± std | paper rsum | fastest epoch | epochs "
              "run |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip

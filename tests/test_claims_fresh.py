@@ -84,3 +84,5 @@ def test_a_changed_fair_cell_shows_in_the_benchmarks_table(fair_done):
     changed = copy.deepcopy(fair_done)
     changed[name]["dev"]["rsum"] += 10.0
     assert fair_report.benchmarks_table(changed) != fair_report.benchmarks_table(fair_done)
+    committed = (ROOT / "docs" / "benchmarks.md").read_text()
+    assert report.with_benchmarks_block(committed, changed) != committed

@@ -94,8 +94,9 @@ def test_a_run_below_patience_from_is_neither_decayed_nor_stopped(tmp_path):
     rows = (tmp_path / "high" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(r)["lr"] for r in rows if '"lr"' in r] == pytest.approx([1e-12] * 6)
     assert res["events"] == [] and res["epochs_run"] == 6
-    cfg = small_cfg(epochs=30, lr=1e-12, patience=1, plateau_decays=2, patience_from=0.0)
-    res = Trainer(cfg, make_data(), tmp_path / "low", progress=False).fit()
+    bar = json.loads(rows[0])["rsum"]  # the score it never improves on
+    cfg = small_cfg(epochs=30, lr=1e-12, patience=1, plateau_decays=2, patience_from=bar)
+    res = Trainer(cfg, make_data(), tmp_path / "at", progress=False).fit()
     assert [e["event"] for e in res["events"]][-1] == "early stop" and res["epochs_run"] == 4
 
 

@@ -429,20 +429,24 @@ def test_the_cells_table_names_the_store_each_cell_read():
     assert fair_report.store_id(fne[a]) == fair_report.store_id(fne[b]) != rows[a]
 
 
-def test_only_moe_cells_run_on_until_they_leave_their_start():
-    """MOE's cells, Table 2's and the instability runs, count plateaus only from a slice
-    rsum of ``STARTED_SLICE``; no other pipeline's cells set it."""
+def test_only_order_max_cells_run_on_until_they_leave_their_start():
+    """MOE's and POE's cells, Table 2's and the instability runs, count plateaus only
+    from a slice rsum of ``STARTED_SLICE``; no other pipeline's cells set it."""
     for p in fair.PIPELINES:
         got = fair.FairCell(f"fne-{p}", fair.Recipe(-6), 0).settings("S", 0.2)
-        assert got.get("train.patience_from") == (fair.STARTED_SLICE if p == "moe" else None)
+        want = fair.STARTED_SLICE if p in ("moe", "poe") else None
+        assert got.get("train.patience_from") == want
     inst = {c.family: c.settings("S", 0.2).get("train.patience_from") for c in fair.inst_cells()}
-    assert inst == {"moe": fair.STARTED_SLICE, "poe": None}
+    assert inst == {"moe": fair.STARTED_SLICE, "poe": fair.STARTED_SLICE}
 
 
 def test_the_report_names_the_superseded_cells(tmp_path, monkeypatch):
     monkeypatch.setattr(fair_report, "SUPERSEDED", tmp_path)
-    assert fair_report.superseded_lines() == []
-    (tmp_path / "fair-fne-moe-lr0.001-nnone-d0-m1-s0.json").write_text("{}")
-    line = fair_report.superseded_lines()[-1]
-    assert "Superseded: 1 cell of this protocol" in line and "No verdict uses it." in line
-    assert "fair-fne-moe-lr0.001-nnone-d0-m1-s0" in line
+    assert fair_report.superseded_lines({}) == []
+    name = "fair-fne-moe-lr0.001-nnone-d0-m1-s0"
+    (tmp_path / f"{name}.json").write_text("{}")
+    line = fair_report.superseded_lines({})[-1]
+    folder = "`benchmarks/research/cells_fair/superseded/`"
+    assert f"Superseded: 1 cell of this protocol ({folder}: {name})" in line
+    assert "it runs again under the new one. No verdict uses it." in line
+    assert "it has run again" in fair_report.superseded_lines({name: {}})[-1]

@@ -263,17 +263,23 @@ def benchmarks_table(done: dict[str, dict]) -> list[str]:
 SUPERSEDED = fair.CELLS / "superseded"
 
 
-def superseded_lines() -> list[str]:
+def superseded_lines(done: dict[str, dict]) -> list[str]:
     """A line on this protocol's cells recorded under a rule an amendment replaced
-    (``cells_fair/superseded/``), if any."""
+    (``cells_fair/superseded/``), if any, and whether each has run again (a cell of
+    its name in ``done``)."""
     names = sorted(p.stem for p in SUPERSEDED.glob("*.json"))
     if not names:
         return []
+    again = [n for n in names if n in done]
+    rerun = (f"{len(again)} of them {'has' if len(again) == 1 else 'have'} run again under "
+             "the new one" if len(names) > 1 else
+             "it has run again under the new one" if again else "it runs again under the "
+             "new one")  # fmt: skip
     return ["", f"Superseded: {len(names)} cell{'s' if len(names) > 1 else ''} of this "
             f"protocol (`benchmarks/research/cells_fair/superseded/`: "
             f"{', '.join(names)}), recorded under a rule that an amendment in the "
-            "protocol's docstring replaced, and run again under the new one. No verdict "
-            f"uses {'them' if len(names) > 1 else 'it'}."]  # fmt: skip
+            f"protocol's docstring replaced; {rerun}. No verdict uses "
+            f"{'them' if len(names) > 1 else 'it'}."]  # fmt: skip
 
 
 def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list[str]:
@@ -298,7 +304,7 @@ def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list
              "chosen recipe's epochs run, over the seeds, give the rest. Cells that trained "
              "on a borrowed GPU machine (`portable.py`; the cells table marks them, and a "
              "GPU's bf16 arithmetic is not a CPU's) count for the search and the seeds, not "
-             "for the fastest epoch.", *superseded_lines(), "",
+             "for the fastest epoch.", *superseded_lines(done), "",
              "| row | seed-0 cells | best on the slice so far | chosen recipe | lr inside "
              "the grid | seeds | dev rsum, mean ± std | paper rsum | fastest epoch | epochs "
              "run |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip

@@ -89,7 +89,7 @@ class TrainConfig:
     plateau_decays: int = 0
     # with patience: plateaus count only once the best selection score reaches this, so
     # a run still at its start (the order loss's slow start) is neither decayed nor
-    # stopped (None: from the first epoch)
+    # stopped (None: from the first epoch); a curriculum's switch to L_M is not gated
     patience_from: float | None = None
     max_minutes: float | None = None  # training time budget (evaluation included)
     optimizer: str = "adam"  # adam (AdamW) | rmsprop | sgd | closed_form (linear w2vv only)

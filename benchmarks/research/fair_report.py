@@ -54,6 +54,10 @@ def split(done: dict[str, dict]) -> tuple[dict[str, dict], dict[str, dict]]:
     return t2, {n: c for n, c in done.items() if n not in t2}
 
 
+# a feature's name in the report, and what its input is
+ROW_NAMES = {"fc7": ("FC7", "pool5, L2"), "fne": ("FNE", "ternary"),
+             "fnef": ("float FNE", "standardised")}  # fmt: skip
+
 CLAIMS = [
     *((f"FNE beats the one-layer embedding ({p.upper()}){FAIR}", f"fne-{p}", f"fc7-{p}")
       for p in fair.PIPELINES),
@@ -111,7 +115,7 @@ def readme_line(done: dict[str, dict]) -> str | None:
     def fig(row: str) -> str:
         xs = [c["dev"]["rsum"] for c in picked[row]]
         feature, pipeline = row.split("-")
-        name = {"fnef": "float FNE"}.get(feature, feature.upper()) + f"-{pipeline.upper()}"
+        name = f"{ROW_NAMES[feature][0]}-{pipeline.upper()}"
         paper = f" (paper {sum(PAPER[row]):.1f})" if row in PAPER else ""
         seeds = f"{len(xs)} of {len(fair.seeds(row))} seeds"
         return f"{name} {sum(xs) / len(xs):.1f}{paper}, {seeds}"
@@ -219,8 +223,6 @@ def store_id(cell: dict) -> str:
 
 BENCHMARKS_BEGIN = "<!-- fair table: begin -->"
 BENCHMARKS_END = "<!-- fair table: end -->"
-ROW_NAMES = {"fc7": ("FC7", "pool5, L2"), "fne": ("FNE", "ternary"),
-             "fnef": ("float FNE", "standardised")}  # fmt: skip
 
 
 def _lr(lr: float) -> str:
@@ -271,14 +273,14 @@ def superseded_lines(done: dict[str, dict]) -> list[str]:
     if not names:
         return []
     again = [n for n in names if n in done]
-    rerun = (f"{len(again)} of them {'has' if len(again) == 1 else 'have'} run again under "
-             "the new one" if len(names) > 1 else
-             "it has run again under the new one" if again else "it runs again under the "
-             "new one")  # fmt: skip
+    if len(names) > 1:
+        rerun = f"{len(again)} of them {'has' if len(again) == 1 else 'have'} run again"
+    else:
+        rerun = "it has run again" if again else "it runs again"
     return ["", f"Superseded: {len(names)} cell{'s' if len(names) > 1 else ''} of this "
             f"protocol (`benchmarks/research/cells_fair/superseded/`: "
             f"{', '.join(names)}), recorded under a rule that an amendment in the "
-            f"protocol's docstring replaced; {rerun}. No verdict uses "
+            f"protocol's docstring replaced; {rerun} under the new one. No verdict uses "
             f"{'them' if len(names) > 1 else 'it'}."]  # fmt: skip
 
 

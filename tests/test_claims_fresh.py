@@ -2,7 +2,8 @@
 docs/benchmarks.md are what the recorded cells give today: each is made anew, in memory,
 from the cells in the repository (``benchmarks/research/cells_first/``,
 ``benchmarks/research/cells_fair/``), and compared with the committed files. Nothing is
-trained and nothing under ~/.cache is read.
+trained and nothing under ~/.cache is read. The prose under that table is typed, so only
+its margins are checked: each must be a figure the claims give today.
 
 If this fails, a cell was added or changed without regenerating the report, or the
 report's code changed: run ``python benchmarks/research/claims.py`` and commit the
@@ -11,6 +12,7 @@ result."""
 from __future__ import annotations
 
 import copy
+import re
 import sys
 from pathlib import Path
 
@@ -86,3 +88,51 @@ def test_a_changed_fair_cell_shows_in_the_benchmarks_table(fair_done):
     assert fair_report.benchmarks_table(changed) != fair_report.benchmarks_table(fair_done)
     committed = (ROOT / "docs" / "benchmarks.md").read_text()
     assert report.with_benchmarks_block(committed, changed) != committed
+
+
+_FIGURE = re.compile(r"(?<![\d.])([-+]?)(\d+\.\d) ± (\d+\.\d)")
+
+
+def _fair_prose(text: str) -> str:
+    """The paragraphs that follow the fair table in docs/benchmarks.md, up to the next
+    section: they are typed, not generated."""
+    after = text.split("<!-- fair table: end -->", 1)[1]
+    return after.split("\n## ", 1)[0]
+
+
+def _unquoted(prose: str, claims: str) -> list[str]:
+    """The 'a ± b' margins of ``prose`` that no figure in ``claims`` matches (the sign
+    too, where the prose gives one)."""
+    quoted = _FIGURE.findall(claims)
+    return [
+        f"{s}{a} ± {b}"
+        for s, a, b in _FIGURE.findall(prose)
+        if not any(a == qa and b == qb and (not s or s == qs) for qs, qa, qb in quoted)
+    ]
+
+
+def test_the_fair_prose_quotes_figures_the_cells_give(done, fair_done):
+    """Every 'a ± b' margin typed in the prose under the fair table is a claim's figure in
+    docs/claims.md as made from the cells today, so a re-run cell that moves a margin
+    cannot leave the prose quoting the old one."""
+    prose = _fair_prose((ROOT / "docs" / "benchmarks.md").read_text())
+    assert _FIGURE.findall(prose), (
+        "the prose under docs/benchmarks.md's fair table quotes no margin"
+    )
+    missing = _unquoted(prose, report.claims_text(done, fair_done))
+    assert not missing, (
+        "docs/benchmarks.md's fair prose quotes margins no claim gives today: "
+        + ", ".join(missing)
+        + "; update the prose from docs/claims.md"
+    )
+
+
+def test_the_prose_check_can_fail():
+    """A margin that moved, a flipped sign and a figure that only ends like a quoted one
+    are each reported; the quoted ones are not."""
+    prose = _fair_prose(
+        "x\n<!-- fair table: end -->\nby 4.6 ± 1.9, (-9.4 ± 3.3), 5.0 ± 1.6, (+9.4 ± 3.3)"
+        " and 4.6 ± 1.8\n## next 7.0 ± 1.0"
+    )
+    claims = "| -4.6 ± 1.9, t -2.4 | -9.4 ± 3.3 | +5.0 ± 1.5 | 14.6 ± 1.8 |"
+    assert _unquoted(prose, claims) == ["5.0 ± 1.6", "+9.4 ± 3.3", "4.6 ± 1.8"]

@@ -14,10 +14,11 @@ The fair grid (``fair_protocol.py``) runs in the background, niced, one runner:
     nohup nice -n 19 .venv/bin/python benchmarks/research/claims.py --run fair \\
         > ~/.cache/vsekit/claims/fair-runner.log 2>&1 &
 
-It builds the 2-crop ResNet-50 store first if it is missing (about 25 minutes of one
-core). To stop it, kill its process id (``kill PID``; its trainer gets SIGTERM as it dies,
-and the cell's lock lasts until the trainer has exited); the same command resumes: the
-cell it was training resumes from its last finished epoch. Its cells land in
+It builds the 2-crop ResNet-50 store first if it is missing; the build records its own
+time (``seconds`` in the store's ``progress.json``), which varies with the CPU. To stop
+it, kill its process id (``kill PID``; its trainer gets SIGTERM as it dies, and the cell's
+lock lasts until the trainer has exited); the same command resumes: the cell it was
+training resumes from its last finished epoch. Its cells land in
 ``benchmarks/research/cells_fair/``; commit them, and regenerate the report
 (``python benchmarks/research/claims.py``).
 """

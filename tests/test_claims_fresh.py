@@ -96,7 +96,7 @@ _FIGURE = re.compile(r"(?<![\d.])([-+]?)(\d+\.\d) ± (\d+\.\d)")
 def _fair_prose(text: str) -> str:
     """The paragraphs that follow the fair table in docs/benchmarks.md, up to the next
     section: they are typed, not generated."""
-    after = text.split("<!-- fair table: end -->", 1)[1]
+    after = text.split(fair_report.BENCHMARKS_END, 1)[1]
     return after.split("\n## ", 1)[0]
 
 
@@ -131,7 +131,7 @@ def test_the_prose_check_can_fail():
     """A margin that moved, a flipped sign and a figure that only ends like a quoted one
     are each reported; the quoted ones are not."""
     prose = _fair_prose(
-        "x\n<!-- fair table: end -->\nby 4.6 ± 1.9, (-9.4 ± 3.3), 5.0 ± 1.6, (+9.4 ± 3.3)"
+        f"x\n{fair_report.BENCHMARKS_END}\nby 4.6 ± 1.9, (-9.4 ± 3.3), 5.0 ± 1.6, (+9.4 ± 3.3)"
         " and 4.6 ± 1.8\n## next 7.0 ± 1.0"
     )
     claims = "| -4.6 ± 1.9, t -2.4 | -9.4 ± 3.3 | +5.0 ± 1.5 | 14.6 ± 1.8 |"

@@ -3,7 +3,8 @@ docs/benchmarks.md are what the recorded cells give today: each is made anew, in
 from the cells in the repository (``benchmarks/research/cells_first/``,
 ``benchmarks/research/cells_fair/``), and compared with the committed files. Nothing is
 trained and nothing under ~/.cache is read. The prose under that table is typed, so only
-its margins are checked: each must be a figure the claims give today.
+its figures are checked: each margin must be one the claims give today, and each gap to
+the paper's figure one the table gives.
 
 If this fails, a cell was added or changed without regenerating the report, or the
 report's code changed: run ``python benchmarks/research/claims.py`` and commit the
@@ -136,3 +137,44 @@ def test_the_prose_check_can_fail():
     )
     claims = "| -4.6 ± 1.9, t -2.4 | -9.4 ± 3.3 | +5.0 ± 1.5 | 14.6 ± 1.8 |"
     assert _unquoted(prose, claims) == ["5.0 ± 1.6", "+9.4 ± 3.3", "4.6 ± 1.8"]
+
+
+_GAP = re.compile(r"(?<![\d.])(\d+(?:\.\d)?) (above|below) the paper's figure")
+_TABLE_ROW = re.compile(r"^\|.*\| (\d+\.\d) ± \d+\.\d \| (\d+\.\d) \|$", re.M)
+
+
+def _unsourced_gaps(prose: str, table: str) -> list[str]:
+    """The "N above/below the paper's figure" of ``prose`` that no row of ``table`` gives
+    (its dev mean less its paper figure, to the prose's precision and with its sign)."""
+    gaps = [round(float(m) - float(p), 1) for m, p in _TABLE_ROW.findall(table)]
+    out = []
+    for n, side in _GAP.findall(prose):
+        digits = 1 if "." in n else 0
+        shown = {f"{abs(g):.{digits}f}" for g in gaps if (g > 0) == (side == "above")}
+        if n not in shown:
+            out.append(f"{n} {side}")
+    return out
+
+
+def test_the_fair_prose_gaps_to_the_paper_are_the_tables(fair_done):
+    """Every "N above/below the paper's figure" under the fair table is some row's dev
+    mean less its paper figure in the table as the cells give it today."""
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    prose = _fair_prose(text)
+    table = "\n".join(fair_report.benchmarks_table(fair_done))
+    assert _GAP.findall(prose), "the prose under the fair table gives no gap to the paper"
+    missing = _unsourced_gaps(prose, table)
+    assert not missing, (
+        "docs/benchmarks.md's fair prose gives gaps to the paper no row gives today: "
+        + ", ".join(missing)
+    )
+
+
+def test_the_gap_check_can_fail():
+    """A gap that moved, one on the wrong side and one rounded differently are reported."""
+    table = "| a | r | 3 | 291.3 ± 2.1 | 248.9 |\n| b | r | 3 | 252.2 ± 5.1 | 260.9 |"
+    prose = (
+        "ends 42 above the paper's figure, 8.7 below the paper's figure, 42.4 above the"
+        " paper's figure, 8.7 above the paper's figure, 43 above the paper's figure"
+    )
+    assert _unsourced_gaps(prose, table) == ["8.7 above", "43 above"]

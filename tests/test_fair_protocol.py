@@ -76,10 +76,48 @@ def test_a_dropout_at_the_top_of_its_grid_is_named():
 
 
 def test_a_learning_rate_at_the_bound_is_reported_as_such():
-    done, _ = _run_grid(_peaked(-20), ("fc7-sh",))
+    done, _ = _run_grid(lambda c: 300.0 - c.recipe.k, ("fc7-sh",))  # slower is better
     pick = fair.chosen("fc7-sh", done)
     assert pick.k == fair.LR_BOUNDS[0]
     assert fair_report.lr_inside("fc7-sh", pick, done) == "at the bound"
+
+
+def _starts_below(k_start: int, k_best: int):
+    """MOE-like: at rates above ``k_start`` the run never leaves chance, and the slice's
+    noise favours the fastest of them; below, a peak at ``k_best``."""
+
+    def f(c: fair.FairCell) -> float:
+        k = c.recipe.k
+        if k > k_start:
+            return 8.0 + k  # chance; 5.0 at 1e-3, 5.5 at 3.2e-3
+        return 100 - 5 * (k - k_best) ** 2
+
+    return f
+
+
+def test_a_grid_where_nothing_started_grows_to_slower_rates():
+    # the starting grid (k = -7..-5) sits at chance with its noise at the upper edge; the
+    # grid must not follow that noise upward but try slower rates, where the start is
+    done, _ = _run_grid(_starts_below(-8, -9), ("fc7-moe",))
+    tried = {c["recipe"]["lr"] for c in done.values() if c["recipe"]["img_dropout"] == 0.0}
+    assert tried == {1e-5, 3.16e-5, 1e-4, 3.16e-4, 1e-3, 3.16e-3}
+    pick = fair.chosen("fc7-moe", done)
+    assert pick.k == -9 and fair_report.lr_inside("fc7-moe", pick, done) == "yes"
+    # one candidate that started is enough for the usual edge rule: it grows past 1e-4
+    # (20.0 is the bar) and not below 3.2e-5
+    lift = _starts_below(-8, -20)
+    done, _ = _run_grid(lambda c: lift(c) if c.recipe.k > -8 else 20.0 + c.recipe.k + 8,
+                        ("fc7-moe",))  # fmt: skip
+    assert fair.chosen("fc7-moe", done).k == -8
+    # nothing ever starts: the grid stops at the bound, not back up past its start, and
+    # the search ends there (the row is reported at chance, with its seeds)
+    done, _ = _run_grid(_starts_below(-20, -20), ("fc7-moe",))
+    seed0 = [c["recipe"] for c in done.values() if c["seed"] == 0]
+    assert sorted(r["lr"] for r in seed0) == [1e-5, 3.16e-5, 1e-4, 3.16e-4, 1e-3, 3.16e-3]
+    assert all(r["img_dropout"] == 0.0 and r["margin_scale"] == 1.0 for r in seed0)
+    pick = fair.chosen("fc7-moe", done)
+    assert pick.k == -5 and len(fair_report.row_cells("fc7-moe", pick, done)) == 5
+    assert fair_report.lr_inside("fc7-moe", pick, done) == "none left its start"
 
 
 def test_the_first_cells_compare_the_three_features_at_the_middle_rate():

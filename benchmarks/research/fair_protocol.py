@@ -136,6 +136,25 @@ is for, reached 22.2 at epoch 3 and had its first plateau (a decay) at epoch 9, 
 the bar. The one FNE-MOE cell recorded under the old rule moved to
 ``cells_fair/superseded/`` (the report names it, and whether it has run again; no verdict
 uses it), and the lr 1e-3 run was stopped before it was recorded; both run again.
+
+**A grid where nothing has started grows to slower rates** (added on 2026-11-27, while the
+FNE-MOE LayerNorm cell at lr 3.2e-3 trained, before its result, before any FNE-MOE recipe
+was chosen and before any float FNE-MOE, PH or POE cell). Among runs that never reached
+``STARTED_SLICE`` the slice rsum is noise around chance (FNE-MOE with the LayerNorm: 11.7
+at lr 3.2e-4, 11.6 at 1e-3), so "the best" gives the grid no direction, and a grid grown
+past whichever edge the noise favours may climb to faster rates, a cell of about 50
+minutes each, while the slower ones, where the row would start, stay untried. In this
+protocol's cells the starts fail at the fast rates: FC7-MOE reached 73.0 at 3.2e-3 against
+355.5 at 1e-3, and FNE-MOE without normalisation sat at chance at 3.2e-4, 1e-3 and 3.2e-3
+and started at 1e-4 (20.6) and 3.16e-5 (30.6). From this amendment, while no candidate of a
+learning-rate grid has reached ``STARTED_SLICE``, the grid grows by one step below its
+lowest rate, down to ``LR_BOUNDS``; once one has, the edge rule above applies as before
+(ranking by the slice rsum already puts every started run above every unstarted one). A
+row where no rate down to the bound started ends its search at stage 1 (dropout, margin and
+the second learning-rate stage would search noise), runs its seeds at that recipe, and the
+report names it ("none left its start") instead of an edge. No recorded row's choice, and no
+cell the grid had scheduled, changes: the one grid it changes so far is FNE-MOE's with the
+LayerNorm, should 3.2e-3 also sit at chance.
 """
 
 from __future__ import annotations
@@ -331,7 +350,8 @@ def lr_search(
     base: Recipe, start: tuple[int, ...], score: Score
 ) -> tuple[list[Recipe], Recipe | None]:
     """``(to run, best)``: the half-decade learning-rate grid at ``base``'s other settings,
-    from ``start``, grown past an edge while the best sits there (stages 1 and 4)."""
+    from ``start``, grown past an edge while the best sits there (stages 1 and 4); while no
+    candidate has left its start, grown below its lowest rate instead."""
     ks = {k for k in start if LR_BOUNDS[0] <= k <= LR_BOUNDS[1]}
     while True:
         cands = [replace(base, k=k) for k in sorted(ks)]
@@ -339,7 +359,11 @@ def lr_search(
         if missing:
             return missing, None
         best = _best(cands, score)
-        if best.k == min(ks) and best.k > LR_BOUNDS[0]:
+        if all(score(c) < STARTED_SLICE for c in cands):  # none left its start
+            if min(ks) == LR_BOUNDS[0]:
+                return [], best
+            ks.add(min(ks) - 1)
+        elif best.k == min(ks) and best.k > LR_BOUNDS[0]:
             ks.add(best.k - 1)
         elif best.k == max(ks) and best.k < LR_BOUNDS[1]:
             ks.add(best.k + 1)
@@ -359,6 +383,8 @@ def search(row: str, score: Score) -> tuple[list[Recipe], Recipe | None]:
     if need:
         return need, None
     cur = _best(firsts, score)
+    if score(cur) < STARTED_SLICE:  # no rate down to the bound left its start
+        return [], cur
     for knob, values in (("dropout", DROPOUTS), ("margin", MARGINS)):  # stages 2, 3
         cands = [replace(cur, **{knob: v}) for v in values]
         missing = [c for c in cands if score(c) is None]

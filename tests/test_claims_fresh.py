@@ -139,7 +139,7 @@ def test_the_prose_check_can_fail():
     assert _unquoted(prose, claims) == ["5.0 ± 1.6", "+9.4 ± 3.3", "4.6 ± 1.8"]
 
 
-_GAP = re.compile(r"(?<![\d.])(\d+(?:\.\d)?) (above|below) the paper's figure")
+_GAP = re.compile(r"(?<![\d.])(\d+(?:\.\d)?)\s+(above|below)\s+the\s+paper's\s+figure")
 _TABLE_ROW = re.compile(r"^\|.*\| (\d+\.\d) ± \d+\.\d \| (\d+\.\d) \|$", re.M)
 
 
@@ -171,10 +171,11 @@ def test_the_fair_prose_gaps_to_the_paper_are_the_tables(fair_done):
 
 
 def test_the_gap_check_can_fail():
-    """A gap that moved, one on the wrong side and one rounded differently are reported."""
+    """A gap that moved and one on the wrong side are reported; the same gap at either
+    precision, and one that wraps onto the next line, are not."""
     table = "| a | r | 3 | 291.3 ± 2.1 | 248.9 |\n| b | r | 3 | 252.2 ± 5.1 | 260.9 |"
     prose = (
-        "ends 42 above the paper's figure, 8.7 below the paper's figure, 42.4 above the"
-        " paper's figure, 8.7 above the paper's figure, 43 above the paper's figure"
+        "ends 42\nabove the paper's figure, 8.7 below the paper's figure, 42.4 above the"
+        " paper's figure, 8.7 above the paper's figure, 43 above the\npaper's figure"
     )
     assert _unsourced_gaps(prose, table) == ["8.7 above", "43 above"]

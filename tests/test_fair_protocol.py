@@ -89,7 +89,7 @@ def _starts_below(k_start: int, k_best: int):
     def f(c: fair.FairCell) -> float:
         k = c.recipe.k
         if k > k_start:
-            return 8.0 + k  # chance; 5.0 at 1e-3, 5.5 at 3.2e-3
+            return 8.0 + k  # chance: 2.0 at 1e-3, 3.0 at 3.2e-3, the noise favouring the fastest
         return 100 - 5 * (k - k_best) ** 2
 
     return f
@@ -103,12 +103,15 @@ def test_a_grid_where_nothing_started_grows_to_slower_rates():
     assert tried == {1e-5, 3.16e-5, 1e-4, 3.16e-4, 1e-3, 3.16e-3}
     pick = fair.chosen("fc7-moe", done)
     assert pick.k == -9 and fair_report.lr_inside("fc7-moe", pick, done) == "yes"
-    # one candidate that started is enough for the usual edge rule: it grows past 1e-4
-    # (20.0 is the bar) and not below 3.2e-5
+    # one candidate that started is enough for the usual edge rule: 1e-4 scores exactly the
+    # bar (20.0), so it counts as started; the grid checks 3.2e-5 below it (19.0) and stops
+    # there, not at the bound
     lift = _starts_below(-8, -20)
     done, _ = _run_grid(lambda c: lift(c) if c.recipe.k > -8 else 20.0 + c.recipe.k + 8,
                         ("fc7-moe",))  # fmt: skip
     assert fair.chosen("fc7-moe", done).k == -8
+    tried = {c["recipe"]["lr"] for c in done.values() if c["seed"] == 0}
+    assert tried == {3.16e-5, 1e-4, 3.16e-4, 1e-3, 3.16e-3}
     # nothing ever starts: the grid stops at the bound, not back up past its start, and
     # the search ends there (the row is reported at chance, with its seeds)
     done, _ = _run_grid(_starts_below(-20, -20), ("fc7-moe",))

@@ -138,23 +138,29 @@ the bar. The one FNE-MOE cell recorded under the old rule moved to
 uses it), and the lr 1e-3 run was stopped before it was recorded; both run again.
 
 **A grid where nothing has started grows to slower rates** (added on 2026-11-27, while the
-FNE-MOE LayerNorm cell at lr 3.2e-3 trained, before its result, before any FNE-MOE recipe
-was chosen and before any float FNE-MOE, PH or POE cell). Among runs that never reached
-``STARTED_SLICE`` the slice rsum is noise around chance (FNE-MOE with the LayerNorm: 11.7
-at lr 3.2e-4, 11.6 at 1e-3), so "the best" gives the grid no direction, and a grid grown
-past whichever edge the noise favours may climb to faster rates, a cell of about 50
-minutes each, while the slower ones, where the row would start, stay untried. In this
-protocol's cells the starts fail at the fast rates: FC7-MOE reached 73.0 at 3.2e-3 against
-355.5 at 1e-3, and FNE-MOE without normalisation sat at chance at 3.2e-4, 1e-3 and 3.2e-3
-and started at 1e-4 (20.6) and 3.16e-5 (30.6). From this amendment, while no candidate of a
-learning-rate grid has reached ``STARTED_SLICE``, the grid grows by one step below its
-lowest rate, down to ``LR_BOUNDS``; once one has, the edge rule above applies as before
-(ranking by the slice rsum already puts every started run above every unstarted one). A
-row where no rate down to the bound started ends its search at stage 1 (dropout, margin and
-the second learning-rate stage would search noise), runs its seeds at that recipe, and the
-report names it ("none left its start") instead of an edge. No recorded row's choice, and no
-cell the grid had scheduled, changes: the one grid it changes so far is FNE-MOE's with the
-LayerNorm, should 3.2e-3 also sit at chance.
+FNE-MOE LayerNorm cell at lr 3.2e-3 trained, before its result (its record names the
+amended commit: its runner was restarted on this module and resumed it from its last
+epoch), before any FNE-MOE recipe was chosen and before any float FNE-MOE or POE cell; the
+one PH cell then recorded, FNE-PH at 3.2e-3 from the GPU machine, is far above the bar).
+Among runs that never reached ``STARTED_SLICE`` the slice rsum is noise around chance
+(FNE-MOE with the LayerNorm: 11.7 at lr 3.2e-4, 11.6 at 1e-3), so "the best" gives the
+grid no direction, and a grid grown past whichever edge the noise favours may climb to
+faster rates, a cell of about 50 minutes each, while the slower ones, where the row would
+start, stay untried. In this protocol's cells the starts come late or not at all at the
+fast rates: FC7-MOE at dropout 0.2 reached only 73.0 at 3.2e-3 against 355.5 at 1e-3
+(slice rsum), and FNE-MOE without normalisation sat at chance at 3.2e-4, 1e-3 and 3.2e-3
+and reached the bar at 1e-4 (20.6) and 3.16e-5 (30.6). From this amendment, while no
+candidate of a learning-rate grid has reached ``STARTED_SLICE``, the grid grows by one
+step below its lowest rate, down to ``LR_BOUNDS``; once one has, the edge rule above
+applies as before (ranking by the slice rsum already puts every started run above every
+unstarted one). A row where no rate down to the bound started ends its search at stage 1
+(dropout, margin and the second learning-rate stage would search noise), runs its seeds at
+that recipe, and the report names it ("none left its start") instead of an edge. No
+recorded row's choice, and no cell the grid had scheduled, changes. The one grid it can
+change so far is FNE-MOE's with the LayerNorm: its 3.2e-3 cell, once run, sat at chance too
+(9.8), and both rules go on to 1e-4; they part after that, if 1e-4 also sits at chance
+(the old rule would end there, at 3.2e-4's 11.7). Each normalisation's grid is judged on
+its own, so the LayerNorm grid grows down although the no-normalisation grid started.
 """
 
 from __future__ import annotations

@@ -30,7 +30,8 @@ def lr_inside(row: str, pick: fair.Recipe, done: dict[str, dict]) -> str:
     recipe's other settings) and lost: "yes", or which edge it sits at; for a row where no
     rate left its start, down to the bound, that instead."""
     score = fair.slice_score(done, row)
-    if (score(pick) or 0.0) < fair.STARTED_SLICE:
+    own = score(pick)
+    if own is not None and own < fair.STARTED_SLICE:
         return "none left its start"
     below, above = (score(replace(pick, k=pick.k + d)) for d in (-1, 1))
     if below is not None and above is not None:

@@ -348,6 +348,12 @@ def rows() -> list[str]:
 Score = Callable[[Recipe], "float | None"]  # a recipe's slice rsum at seed 0, None: not run
 
 
+def left_start(slice_rsum: float) -> bool:
+    """Whether a run reached ``STARTED_SLICE`` on the slice (the bar ``train.patience_from``
+    gates the patience on)."""
+    return slice_rsum >= STARTED_SLICE
+
+
 def _best(cands: list[Recipe], score: Score) -> Recipe:
     return max(enumerate(cands), key=lambda ic: (score(ic[1]), -ic[0]))[1]
 
@@ -365,7 +371,7 @@ def lr_search(
         if missing:
             return missing, None
         best = _best(cands, score)
-        if all(score(c) < STARTED_SLICE for c in cands):  # none left its start
+        if not any(left_start(score(c)) for c in cands):
             if min(ks) == LR_BOUNDS[0]:
                 return [], best
             ks.add(min(ks) - 1)
@@ -389,7 +395,7 @@ def search(row: str, score: Score) -> tuple[list[Recipe], Recipe | None]:
     if need:
         return need, None
     cur = _best(firsts, score)
-    if score(cur) < STARTED_SLICE:  # no rate down to the bound left its start
+    if not left_start(score(cur)):  # no rate down to the bound left its start
         return [], cur
     for knob, values in (("dropout", DROPOUTS), ("margin", MARGINS)):  # stages 2, 3
         cands = [replace(cur, **{knob: v}) for v in values]

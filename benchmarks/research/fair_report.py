@@ -31,7 +31,7 @@ def lr_inside(row: str, pick: fair.Recipe, done: dict[str, dict]) -> str:
     rate left its start, down to the bound, that instead."""
     score = fair.slice_score(done, row)
     own = score(pick)
-    if own is not None and own < fair.STARTED_SLICE:
+    if own is not None and not fair.left_start(own):
         return "none left its start"
     below, above = (score(replace(pick, k=pick.k + d)) for d in (-1, 1))
     if below is not None and above is not None:

@@ -3,8 +3,9 @@ docs/benchmarks.md are what the recorded cells give today: each is made anew, in
 from the cells in the repository (``benchmarks/research/cells_first/``,
 ``benchmarks/research/cells_fair/``), and compared with the committed files. Nothing is
 trained and nothing under ~/.cache is read. The prose under that table is typed, so only
-its figures are checked: each margin must be one the claims give today, and each gap to
-the paper's figure one the table gives.
+its figures are checked: each margin must be one the claims give today, each gap to the
+paper's figure one the table gives, each epoch span one a finished row's seeds ran, and
+every other figure a mean docs/claims.md gives or a gap between two of the paper's rows.
 
 If this fails, a cell was added or changed without regenerating the report, or the
 report's code changed: run ``python benchmarks/research/claims.py`` and commit the
@@ -179,3 +180,101 @@ def test_the_gap_check_can_fail():
         " paper's figure, 8.7 above the paper's figure, 43 above the\npaper's figure"
     )
     assert _unsourced_gaps(prose, table) == ["8.7 above", "43 above"]
+
+
+_EPOCHS = re.compile(r"(?<![\d.])(\d+)\s+to\s+(\d+)\s+epochs(,\s+none\s+at\s+the\s+cap)?")
+
+
+def _unsourced_epochs(prose: str, rows: list[list[dict]]) -> list[str]:
+    """The "N to M epochs" of ``prose`` that are not the fewest and most epochs run by
+    the seeds of one of ``rows`` (each a finished row's seed cells); one that adds "none
+    at the cap" must also be a row none of whose seeds hit the epoch cap."""
+    spans = {
+        (min(c["epochs_run"] for c in cells), max(c["epochs_run"] for c in cells)): any(
+            c["hit_cap"] for c in cells
+        )
+        for cells in rows
+    }
+    out = []
+    for lo, hi, none_capped in _EPOCHS.findall(prose):
+        capped = spans.get((int(lo), int(hi)))
+        if capped is None or (none_capped and capped):
+            out.append(f"{lo} to {hi} epochs{none_capped}")
+    return out
+
+
+def _finished_rows(fair_done: dict[str, dict]) -> list[list[dict]]:
+    t2, _ = fair_report.split(fair_done)
+    rows = []
+    for row in fair_protocol.rows():
+        pick = fair_protocol.chosen(row, t2)
+        cells = fair_report.row_cells(row, pick, t2) if pick is not None else []
+        if cells and len(cells) == len(fair_protocol.seeds(row)):
+            rows.append(cells)
+    return rows
+
+
+def test_the_fair_prose_epoch_spans_are_the_cells(fair_done):
+    """Every "N to M epochs" under the fair table is the span of epochs that a finished
+    row's seeds ran, and "none at the cap" holds where the prose says it."""
+    prose = _fair_prose((ROOT / "docs" / "benchmarks.md").read_text())
+    assert _EPOCHS.findall(prose), "the prose under the fair table gives no epoch span"
+    missing = _unsourced_epochs(prose, _finished_rows(fair_done))
+    assert not missing, (
+        "docs/benchmarks.md's fair prose gives epoch spans no finished row ran: "
+        + ", ".join(missing)
+    )
+
+
+def test_the_epoch_check_can_fail():
+    """A span that moved, and "none at the cap" for a row that hit it, are reported; a
+    span that wraps onto the next line is not."""
+
+    def row(*runs: tuple[int, bool]) -> list[dict]:
+        return [{"epochs_run": e, "hit_cap": c} for e, c in runs]
+
+    rows = [row((37, False), (43, False), (40, False)), row((20, False), (60, True))]
+    prose = (
+        "went on (37 to\n43 epochs, none at the cap), 37 to 44 epochs, 20 to 60 epochs"
+        " and 20 to 60 epochs, none at the cap"
+    )
+    assert _unsourced_epochs(prose, rows) == [
+        "37 to 44 epochs",
+        "20 to 60 epochs, none at the cap",
+    ]
+
+
+_BARE = re.compile(r"(?<![\d.±])(?<!± )([-+]?\d+\.\d)(?![\d.]| ±|\s+(?:above|below)\s+the)")
+
+
+def _unsourced_figures(prose: str, claims: str, paper: dict[str, tuple]) -> list[str]:
+    """The one-decimal figures of ``prose`` that are neither a margin nor a gap to the
+    paper and that ``claims`` does not give as the mean of an 'a ± b' figure, nor is
+    a difference of two of ``paper``'s rsums (the paper's own gaps between rows)."""
+    means = {a for _, a, _ in _FIGURE.findall(claims)}
+    sums = [sum(p) for p in paper.values()]
+    gaps = {f"{abs(a - b):.1f}" for a in sums for b in sums}
+    return [f for f in _BARE.findall(prose) if f.lstrip("+-") not in means | gaps]
+
+
+def test_the_fair_prose_other_figures_are_the_claims(done, fair_done):
+    """The other figures typed under the fair table, such as the first protocol's results
+    it compares with, are figures docs/claims.md gives today or the paper's own gaps."""
+    prose = _fair_prose((ROOT / "docs" / "benchmarks.md").read_text())
+    assert _BARE.findall(prose), "the prose under the fair table gives no other figure"
+    missing = _unsourced_figures(prose, report.claims_text(done, fair_done), protocol.PAPER)
+    assert not missing, (
+        "docs/benchmarks.md's fair prose gives figures no claim gives today: " + ", ".join(missing)
+    )
+
+
+def test_the_figure_check_can_fail():
+    """A moved figure is reported; margins, gaps, quoted means and the paper's own gaps
+    between rows are not."""
+    paper = {"a": (10.0, 20.0), "b": (10.0, 21.7)}
+    claims = "| -28.7 ± 1.9, t -14.8 | 103.8 ± 11.5 |"
+    prose = (
+        "from 28.7 to 4.6 ± 1.9, started late (103.8), 45.9 above the paper's figure,"
+        " 1.7 above SH, and 28.8 or 103.9"
+    )
+    assert _unsourced_figures(prose, claims, paper) == ["28.8", "103.9"]

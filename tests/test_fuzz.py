@@ -34,6 +34,7 @@ import sqlite3
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -316,6 +317,8 @@ def _in_child(run: Callable[[], None], kill_at: int, counter: Path) -> int:
             sys.setprofile(None)
             counter.write_text(str(n))
         except BaseException:  # noqa: BLE001
+            with contextlib.suppress(BaseException):  # kept for the parent's message
+                counter.with_suffix(".err").write_text(traceback.format_exc())
             code = 3
         os._exit(code)
     deadline = time.time() + 60
@@ -376,6 +379,17 @@ def _scenario(name: str, root: Path) -> tuple[Callable[[], None], Path]:
     return run, folder
 
 
+def _how_it_ended(status: int, counter: Path) -> str:
+    """Why a child that was to be killed was not, for the failure message."""
+    if os.WIFSIGNALED(status):
+        return f"it died of signal {os.WTERMSIG(status)}"
+    err = counter.with_suffix(".err")
+    if err.exists():
+        return "it raised:\n" + err.read_text()
+    n = counter.read_text() if counter.exists() else "?"
+    return f"it exited {os.WEXITSTATUS(status)} after {n} writes"
+
+
 SCENARIOS = ["add", "compact", "repair", "caches", "rebuild", "backfill"]
 WRITE_COUNTS: dict[str, int] = {}
 
@@ -400,8 +414,12 @@ def test_kill_9_at_any_write_of_a_commit_path_leaves_a_true_index(name, point):
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         run, folder = _scenario(name, root)
-        status = _in_child(run, 1 + int(point * total), root / "n")
-        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+        kill_at = 1 + int(point * total)
+        status = _in_child(run, kill_at, root / "n")
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (
+            f"{name}: the child was to be killed at write {kill_at} of {total}, but "
+            + _how_it_ended(status, root / "n")
+        )
         try:
             coll = Collection(root / "idx", INFO)
         except CollectionError as e:  # only a repair that was killed may still need one

@@ -165,6 +165,7 @@ its own, so the LayerNorm grid grows down although the no-normalisation grid sta
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -212,6 +213,12 @@ class Recipe:
     def as_dict(self) -> dict:
         return {"lr": self.lr, "img_norm": self.norm, "img_dropout": self.dropout,
                 "margin_scale": self.margin}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Recipe:
+        """The recipe a cell records (:meth:`as_dict`)."""
+        k = round(2 * math.log10(d["lr"]))
+        return cls(k, d["img_norm"], d["img_dropout"], d["margin_scale"])
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,203 @@
+"""How the fair protocol's MOE runs leave their start: each epoch's training loss against
+the loss of an embedding that carries nothing.
+
+With the max of hinges (VSE++; the journal's L_M), a batch of B (image, caption) rows
+costs
+
+    sum_i [a - s(i, c_i) + max_k s(i, c_k)]_+  +  sum_c [a - s(i_c, c) + max_k s(i_k, c)]_+
+
+for margin ``a``. When every score is equal (a constant embedding, or one whose scores
+carry nothing), each of the 2B hinges is ``a``, so the batch costs 2aB: the *plateau*. The
+trainer's epoch loss is the batches' losses weighted by their size, so the plateau of an
+epoch is ``2a * sum |b|^2 / sum |b|`` (12.79 for 27,500 rows in batches of 128 at a =
+0.05). A loss above it means the hardest negatives outscore the positives: the model does
+worse on its own training batches than one that says nothing.
+
+For every MOE cell (and the L_M phase of every POE cell) recorded in
+``benchmarks/research/cells_fair/``, this reads the run's per-epoch losses and slice rsums
+from ``~/.cache/vsekit/claims/runs/<cell>/metrics.jsonl`` (the runner keeps them) and
+records: the first epoch whose loss is within 1% of the plateau (*reached*), the first
+whose loss is 10% below it (*left*), the lowest loss, and the slice's best rsum. It trains
+nothing::
+
+    python benchmarks/research/moe_start.py   # writes moe_start.json, the docs block
+
+Cells whose run folder is gone are listed as such, not dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
+from _common import record  # noqa: E402
+
+from research import fair_protocol as fair  # noqa: E402
+from research import protocol, report  # noqa: E402
+from research.fair_report import recipe_words  # noqa: E402
+
+RUNS = Path("~/.cache/vsekit/claims/runs").expanduser()
+OUT = Path(__file__).with_suffix(".json")
+DOC = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
+BEGIN, END = "<!-- moe start: begin -->", "<!-- moe start: end -->"
+REACHED, LEFT = 1.01, 0.90  # within 1% of the plateau; 10% below it
+
+
+def plateau(margin: float, batch: int, rows: int) -> float:
+    """The epoch loss of an embedding whose scores are all equal: ``2a`` per row of each
+    batch, the batches weighted by their size as the trainer weights them."""
+    sizes = [min(batch, rows - a) for a in range(0, rows, batch)]
+    sizes = [b for b in sizes if b >= 2]  # the trainer skips a lone pair: no negatives
+    return 2 * margin * sum(b * b for b in sizes) / sum(sizes)
+
+
+def train_split(data: dict):
+    """The split a run with this ``data`` config trains on (the selection images carved
+    out)."""
+    from vsekit.lab.data import load_dataset
+    from vsekit.lab.train.config import DataConfig
+    from vsekit.lab.train.features import train_and_selection
+
+    cfg = DataConfig(**data)
+    train, _ = train_and_selection(load_dataset(cfg.root, cfg.format), cfg)
+    return train
+
+
+def input_cosines(data: dict, n: int = 500, seed: int = 0) -> dict[str, float]:
+    """The mean cosine between the input vectors of ``n`` distinct train images, as the
+    run feeds them (``none``) and centred and scaled per image as the LayerNorm does
+    before its learned affine (``layernorm``). A random linear map roughly keeps angles,
+    so at initialisation the image embeddings are about as far apart as their inputs."""
+    import numpy as np
+
+    from vsekit.lab.features.store import FeatureStore
+    from vsekit.lab.train.features import image_features
+
+    images = train_split(data).images
+    pick = np.random.default_rng(seed).choice(len(images), n, replace=False)
+    store = FeatureStore(Path(data["store"]).expanduser())
+    x = image_features(store, data["features"], [images[i].id for i in sorted(pick)])
+    x = np.asarray(x, dtype=np.float64)
+    out = {}
+    for norm, v in (("none", x), ("layernorm", (x - x.mean(1, keepdims=True)))):
+        v = v / np.linalg.norm(v, axis=1, keepdims=True)
+        c = v @ v.T
+        out[norm] = round(float((c.sum() - np.trace(c)) / (n * (n - 1))), 4)
+    return out
+
+
+def first(epochs: list[dict], test) -> int | None:
+    return next((e["epoch"] for e in epochs if test(e["loss"])), None)
+
+
+def run_start(cell: dict, rows: int) -> dict:
+    """One cell's start, from its run folder's per-epoch log (its L_M epochs only)."""
+    cfg = cell["config"]
+    margin, batch = cfg["loss"]["margin"], cfg["train"]["batch_size"]
+    floor = plateau(margin, batch, rows)
+    out = {"cell": cell["cell"], "row": cell["row"], "recipe": cell["recipe"],
+           "seed": cell["seed"], "plateau": round(floor, 4),
+           "slice_rsum": cell["slice"]["rsum"]}  # fmt: skip
+    log = RUNS / cell["cell"] / "metrics.jsonl"
+    if not log.exists():
+        return {**out, "run_folder": "missing"}
+    lines = [json.loads(s) for s in log.read_text().splitlines() if s.strip()]
+    epochs = [e for e in lines if e.get("phase", "max") == "max"]
+    return {
+        **out,
+        "epochs": len(epochs),
+        "reached": first(epochs, lambda x: x <= REACHED * floor),
+        "left": first(epochs, lambda x: x <= LEFT * floor),
+        "lowest_loss": round(min(e["loss"] for e in epochs), 4),
+        "curve": [[e["epoch"], round(e["loss"], 4), round(e["rsum"], 1)] for e in epochs],
+    }
+
+
+def starts() -> tuple[list[dict], dict[str, dict[str, float]]]:
+    """Every MOE and POE cell's start, and each feature's input cosines."""
+    done = protocol.load_cells(fair.CELLS)
+    cells = [c for c in done.values() if c["row"].endswith(("-moe", "-poe"))]
+    rows: dict[str, int] = {}
+    cosines: dict[str, dict[str, float]] = {}
+    out = []
+    for c in sorted(cells, key=lambda c: (c["row"], fair.Recipe.from_dict(c["recipe"]).k,
+                                          c["cell"])):  # fmt: skip
+        data = c["config"]["data"]
+        key = json.dumps(data, sort_keys=True)
+        if key not in rows:
+            rows[key] = len(train_split(data).captions)
+        feature = c["row"].split("-")[0]
+        if feature not in cosines:
+            cosines[feature] = input_cosines(data)
+        out.append(run_start(c, rows[key]))
+    return out, cosines
+
+
+def table(runs: list[dict]) -> list[str]:
+    lines = ["| row | recipe | seed | plateau | epochs | reached | left | lowest loss "
+             "| slice rsum |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in runs:
+        rec = fair.Recipe.from_dict(r["recipe"])
+        if "epochs" not in r:
+            lines.append(f"| {r['row']} | {recipe_words(rec)} | {r['seed']} | "
+                         f"{r['plateau']:.2f} | run folder missing | | | | "
+                         f"{r['slice_rsum']:.1f} |")  # fmt: skip
+            continue
+        reached, left = (("—" if x is None else str(x)) for x in (r["reached"], r["left"]))
+        lines.append(
+            f"| {r['row']} | {recipe_words(rec)} | {r['seed']} | {r['plateau']:.2f} | "
+            f"{r['epochs']} | {reached} | {left} | {r['lowest_loss']:.2f} | "
+            f"{r['slice_rsum']:.1f} |"
+        )
+    return lines
+
+
+def _span(xs: list[int]) -> str:
+    if not xs:
+        return "none"
+    lo, hi = min(xs), max(xs)
+    return f"{len(xs)} (epoch {lo})" if lo == hi else f"{len(xs)} (epochs {lo} to {hi})"
+
+
+def _cos(x: float) -> str:
+    return f"{x:.2f}".replace("-0.00", "0.00")
+
+
+def summary(runs: list[dict], cosines: dict[str, dict[str, float]]) -> list[str]:
+    """Per row: how many runs reached the plateau and how many left it, and when; the
+    best slice rsum of a run that never left it; its input's mean cosine between images
+    (as fed, and centred per image as the LayerNorm does)."""
+    lines = ["| row | runs with a log | reached the plateau | left it "
+             "| best slice rsum without leaving | input cosine (as fed / centred) |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for row in sorted({r["row"] for r in runs}):
+        logged = [r for r in runs if r["row"] == row and "epochs" in r]
+        stayed = [r["slice_rsum"] for r in logged if r["left"] is None]
+        best = f"{max(stayed):.1f}" if stayed else "—"
+        cos = cosines[row.split("-")[0]]
+        lines.append(
+            f"| {row} | {len(logged)} | "
+            f"{_span([r['reached'] for r in logged if r['reached'] is not None])} | "
+            f"{_span([r['left'] for r in logged if r['left'] is not None])} | {best} | "
+            f"{_cos(cos['none'])} / {_cos(cos['layernorm'])} |"
+        )
+    return lines
+
+
+def main() -> None:
+    runs, cosines = starts()
+    record(OUT, {"command": "python benchmarks/research/moe_start.py",
+                 "reached": REACHED, "left": LEFT, "input_cosines": cosines,
+                 "runs": runs})  # fmt: skip
+    lines = [*summary(runs, cosines), "", *table(runs)]
+    text = report.with_block(DOC.read_text(), BEGIN, END, lines)
+    if text is None:
+        sys.exit(f"{DOC}: no '{BEGIN}' block to write the table into")
+    report.update_file(DOC, text)
+    print("\n".join(summary(runs, cosines)))
+
+
+if __name__ == "__main__":
+    main()

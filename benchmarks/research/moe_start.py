@@ -20,19 +20,32 @@ records: the first epoch whose loss is within 1% of the plateau (*reached*), the
 whose loss is 10% below it (*left*), the lowest loss, and the slice's best rsum. It trains
 nothing::
 
-    python benchmarks/research/moe_start.py   # writes moe_start.json, the docs block
+    python benchmarks/research/moe_start.py           # writes moe_start.json, the docs block
+    python benchmarks/research/moe_start.py --probe   # first trains the probes below
 
 Cells whose run folder is gone are listed as such, not dropped.
+
+**Probes** (``PROBES``; declared before they ran, and not cells of the protocol). The
+float FNE is the pooled activations standardised per dimension over the train split; its
+inputs are close to orthogonal between images, and its MOE runs do not reach the plateau.
+A probe trains the float FNE-MOE cell at lr 1e-3 (no normalisation, no dropout, the
+paper's margin, seed 0: FC7-MOE's rate) on the raw pooled activations instead: the same
+information under a per-dimension affine map, but non-negative, so its inputs share a
+direction as pool5's do. If the probe reaches the plateau within FC7-MOE's first epochs
+and the float cell does not, the inputs' geometry, not their content, decides the stage
+at which FNE-MOE fails. (The per-dimension scales change too; the probe does not part
+the two.)
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from _common import record  # noqa: E402
+from _common import record, train_run  # noqa: E402
 
 from research import fair_protocol as fair  # noqa: E402
 from research import protocol, report  # noqa: E402
@@ -43,6 +56,8 @@ OUT = Path(__file__).with_suffix(".json")
 DOC = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- moe start: begin -->", "<!-- moe start: end -->"
 REACHED, LEFT = 1.01, 0.90  # within 1% of the plateau; 10% below it
+# probe name -> (the fair cell it copies, the data.features it trains on instead)
+PROBES = {"fnef-moe-pooled": (fair.FairCell("fnef-moe", fair.Recipe(-6), 0), "pooled")}
 
 
 def plateau(margin: float, batch: int, rows: int) -> float:
@@ -92,7 +107,7 @@ def first(epochs: list[dict], test) -> int | None:
     return next((e["epoch"] for e in epochs if test(e["loss"])), None)
 
 
-def run_start(cell: dict, rows: int) -> dict:
+def run_start(cell: dict, rows: int, run: Path | None = None) -> dict:
     """One cell's start, from its run folder's per-epoch log (its L_M epochs only)."""
     cfg = cell["config"]
     margin, batch = cfg["loss"]["margin"], cfg["train"]["batch_size"]
@@ -100,7 +115,7 @@ def run_start(cell: dict, rows: int) -> dict:
     out = {"cell": cell["cell"], "row": cell["row"], "recipe": cell["recipe"],
            "seed": cell["seed"], "plateau": round(floor, 4),
            "slice_rsum": cell["slice"]["rsum"]}  # fmt: skip
-    log = RUNS / cell["cell"] / "metrics.jsonl"
+    log = (run or RUNS / cell["cell"]) / "metrics.jsonl"
     if not log.exists():
         return {**out, "run_folder": "missing"}
     lines = [json.loads(s) for s in log.read_text().splitlines() if s.strip()]
@@ -132,6 +147,13 @@ def starts() -> tuple[list[dict], dict[str, dict[str, float]]]:
         if feature not in cosines:
             cosines[feature] = input_cosines(data)
         out.append(run_start(c, rows[key]))
+    for name, (cell, features) in PROBES.items():
+        if not (probe_run(name) / "done.json").is_file():
+            continue  # not trained yet (--probe), or still training
+        first_data = next(c["config"]["data"] for c in cells if c["row"] == cell.row)
+        data = first_data | {"features": features}
+        cosines[features] = input_cosines(data)
+        out.append(probe_start(name, len(train_split(data).captions)))
     return out, cosines
 
 
@@ -152,6 +174,37 @@ def table(runs: list[dict]) -> list[str]:
             f"{r['slice_rsum']:.1f} |"
         )
     return lines
+
+
+def probe_run(name: str) -> Path:
+    return RUNS / f"probe-{name}-s0"
+
+
+def train_probe(name: str) -> None:
+    """Train probe ``name`` (resuming a killed run) with its cell's settings, its features
+    swapped."""
+    import yaml
+
+    from research.runner import ROOT, STORE, yaml_value
+
+    cell, features = PROBES[name]
+    margin = yaml.safe_load((ROOT / cell.config).read_text())["loss"]["margin"]
+    sets = cell.settings(STORE, float(margin)) | {"data.features": features}
+    train_run(probe_run(name), cell.config, [f"{k}={yaml_value(v)}" for k, v in sets.items()],
+              ROOT, collapsed_ok=True)  # fmt: skip
+
+
+def probe_start(name: str, rows: int) -> dict:
+    """A finished probe's start, as :func:`run_start` gives a cell's (its slice rsum is
+    its log's best)."""
+    run = probe_run(name)
+    config = json.loads((run / "config.json").read_text())["config"]
+    lines = [json.loads(s) for s in (run / "metrics.jsonl").read_text().splitlines() if s]
+    cell, features = PROBES[name]
+    fake = {"cell": run.name, "row": f"{cell.row} on {features}", "seed": cell.seed,
+            "recipe": cell.recipe.as_dict(), "config": config,
+            "slice": {"rsum": round(max(e["rsum"] for e in lines), 2)}}  # fmt: skip
+    return {**run_start(fake, rows, run), "probe": name}
 
 
 def _span(xs: list[int]) -> str:
@@ -176,7 +229,7 @@ def summary(runs: list[dict], cosines: dict[str, dict[str, float]]) -> list[str]
         logged = [r for r in runs if r["row"] == row and "epochs" in r]
         stayed = [r["slice_rsum"] for r in logged if r["left"] is None]
         best = f"{max(stayed):.1f}" if stayed else "—"
-        cos = cosines[row.split("-")[0]]
+        cos = cosines[row.split(" on ")[1] if " on " in row else row.split("-")[0]]
         lines.append(
             f"| {row} | {len(logged)} | "
             f"{_span([r['reached'] for r in logged if r['reached'] is not None])} | "
@@ -187,8 +240,15 @@ def summary(runs: list[dict], cosines: dict[str, dict[str, float]]) -> list[str]
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--probe", action="store_true", help="train the probes first")
+    args = ap.parse_args()
+    if args.probe:
+        for name in PROBES:
+            train_probe(name)
     runs, cosines = starts()
-    record(OUT, {"command": "python benchmarks/research/moe_start.py",
+    record(OUT, {"command": " ".join(["python", "benchmarks/research/moe_start.py",
+                                      *sys.argv[1:]]),
                  "reached": REACHED, "left": LEFT, "input_cosines": cosines,
                  "runs": runs})  # fmt: skip
     lines = [*summary(runs, cosines), "", *table(runs)]

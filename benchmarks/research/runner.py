@@ -158,7 +158,7 @@ def ensure_fair_store() -> None:
     ensure_store(DataConfig(store=STORE, crops=2, features="fne"), load_dataset(F8K))
 
 
-def _value(v: object) -> str:
+def yaml_value(v: object) -> str:
     """A ``--set`` value in the config's YAML."""
     if v is None:
         return "null"
@@ -175,7 +175,7 @@ def run_fair_cell(cell: fair.FairCell | fair.InstCell) -> dict:
     store = store_digest()  # the store as training reads it (once per runner: ~1 s a GB)
     t0 = time.perf_counter()
     margin = yaml.safe_load((ROOT / cell.config).read_text())["loss"]["margin"]
-    sets = [f"{k}={_value(v)}" for k, v in cell.settings(STORE, float(margin)).items()]
+    sets = [f"{k}={yaml_value(v)}" for k, v in cell.settings(STORE, float(margin)).items()]
     # the code the training imports now, not HEAD once it ends (a resumed run's earlier
     # part may have trained with an earlier commit)
     commit = git_commit()

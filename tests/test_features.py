@@ -299,14 +299,25 @@ def test_fne_variant_with_the_paper_thresholds_is_the_stored_fne(tmp_path):
     raw = image_features(store, f"fne[layers={name};t=none]", ids)
     assert raw.dtype == np.float32
     np.testing.assert_allclose(raw, z[:, sl], rtol=1e-6)
+    # shift: the same values moved off the origin; a whole shift of the ternary keeps int8
+    up = image_features(store, "fne[shift=1]", ids)
+    assert up.dtype == np.int8
+    np.testing.assert_array_equal(up, np.asarray(store.fne) + 1)
+    assert set(np.unique(up)) <= {0, 1, 2}
+    half = image_features(store, "fne[shift=0.5]", ids)
+    assert half.dtype == np.float32
+    np.testing.assert_array_equal(half, np.asarray(store.fne).astype(np.float32) + 0.5)
+    floats = image_features(store, f"fne[layers={name};t=none;shift=2]", ids)
+    np.testing.assert_allclose(floats, z[:, sl] + 2, rtol=1e-6)
 
 
 @pytest.mark.parametrize(
     ("kind", "says"),
     [
         ("fne[t=0.5/-0.5]", r"thresholds need f- <= f\+"),
-        ("fne[t=1]", r"'t=1' is not layers=A\+B or t=F-/F\+ or t=none"),
-        ("fne[depth=2]", r"'depth=2' is not layers=A\+B or t=F-/F\+"),
+        ("fne[t=1]", r"'t=1' is not layers=A\+B, t=F-/F\+, t=none or shift=F"),
+        ("fne[shift=up]", r"shift='up' is not a number"),
+        ("fne[depth=2]", r"'depth=2' is not layers=A\+B, t=F-/F\+"),
         ("fne[layers=]", r"'layers=' is not layers=A\+B"),
         ("fne[t=none;t=-0.5/0.5]", r"t=none keeps no thresholds"),
         ("fne", r"'fne' is not an FNE variant"),

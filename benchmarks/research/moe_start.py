@@ -21,7 +21,7 @@ whose loss is 10% below it (*left*), the lowest loss, and the slice's best rsum.
 nothing::
 
     python benchmarks/research/moe_start.py           # writes moe_start.json, the docs block
-    python benchmarks/research/moe_start.py --probe   # first trains the probes below
+    python benchmarks/research/moe_start.py --probe fne-moe-shift1   # first trains a probe
 
 Cells whose run folder is gone are listed as such, not dropped.
 
@@ -33,8 +33,12 @@ paper's margin, seed 0: FC7-MOE's rate) on the raw pooled activations instead: t
 information under a per-dimension affine map, but non-negative, so its inputs share a
 direction as pool5's do. If the probe reaches the plateau within FC7-MOE's first epochs
 and the float cell does not, the inputs' geometry, not their content, decides the stage
-at which FNE-MOE fails. (The per-dimension scales change too; the probe does not part
-the two.)
+at which FNE-MOE fails. (The per-dimension scales change too; this probe does not part
+the two.) A second probe parts them: the ternary FNE-MOE cell at lr 1e-3 on
+``fne[shift=1]``, the ternary values plus one ({0, 1, 2}). A constant added to every
+input dimension adds ``W 1`` to the projection's output ``W x``, the same vector for every
+image: the information and the per-dimension scales are the FNE's, and only the shared
+direction is new (mean cosine between images 0.47, against 0.04).
 """
 
 from __future__ import annotations
@@ -57,7 +61,10 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- moe start: begin -->", "<!-- moe start: end -->"
 REACHED, LEFT = 1.01, 0.90  # within 1% of the plateau; 10% below it
 # probe name -> (the fair cell it copies, the data.features it trains on instead)
-PROBES = {"fnef-moe-pooled": (fair.FairCell("fnef-moe", fair.Recipe(-6), 0), "pooled")}
+PROBES = {
+    "fnef-moe-pooled": (fair.FairCell("fnef-moe", fair.Recipe(-6), 0), "pooled"),
+    "fne-moe-shift1": (fair.FairCell("fne-moe", fair.Recipe(-6), 0), "fne[shift=1]"),
+}
 
 
 def plateau(margin: float, batch: int, rows: int) -> float:
@@ -241,11 +248,11 @@ def summary(runs: list[dict], cosines: dict[str, dict[str, float]]) -> list[str]
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--probe", action="store_true", help="train the probes first")
+    ap.add_argument("--probe", choices=PROBES, action="append", default=[],
+                    help="train this probe first (resuming it); may repeat")  # fmt: skip
     args = ap.parse_args()
-    if args.probe:
-        for name in PROBES:
-            train_probe(name)
+    for name in args.probe:
+        train_probe(name)
     runs, cosines = starts()
     record(OUT, {"command": " ".join(["python", "benchmarks/research/moe_start.py",
                                       *sys.argv[1:]]),

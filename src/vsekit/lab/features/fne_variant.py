@@ -17,24 +17,31 @@ from vsekit.lab.features.store import FeatureStore
 @dataclass(frozen=True)
 class FNEVariant:
     """A research variant of the FNE, named by a feature kind such as
-    ``fne[layers=layer3+layer4]`` or ``fne[t=-0.5/0.5]`` (both: ``;``-separated).
+    ``fne[layers=layer3+layer4]``, ``fne[t=-0.5/0.5]`` or ``fne[shift=1]`` (several:
+    ``;``-separated).
 
     ``layers`` keeps the blocks whose names start with one of the ``+``-separated
     prefixes (``layer3`` keeps ``layer3.0`` .. ``layer3.5``); ``t`` gives the ternarisation
     thresholds ``f-/f+`` in place of (-0.25, 0.15), or ``t=none`` keeps the standardised
     activations as float32 (steps 1-2 without step 3, to see what ternarising costs).
+    ``shift`` adds a constant to every value: the same information, moved off the origin
+    (``shift=1`` makes the ternary values {0, 1, 2}, so every image's vector shares a
+    direction; a shift of the ternary values by a whole number keeps them int8).
     Computed from the store's pooled activations and its train-split statistics."""
 
     layers: tuple[str, ...] = ()  # empty: every block
     f_minus: float = F_MINUS
     f_plus: float = F_PLUS
     ternarise: bool = True  # False: standardised float32 columns (``t=none``)
+    shift: float = 0.0  # added to every value
 
     @classmethod
     def parse(cls, kind: str) -> FNEVariant:
         """The variant a ``fne[...]`` kind names; ValueError saying what is wrong."""
         if not (kind.startswith("fne[") and kind.endswith("]")):
-            raise ValueError(f"{kind!r} is not an FNE variant (fne[layers=A+B;t=F-/F+|none])")
+            raise ValueError(
+                f"{kind!r} is not an FNE variant (fne[layers=A+B;t=F-/F+|none;shift=F])"
+            )
         out: dict = {}
         for part in filter(None, kind[4:-1].split(";")):
             key, _, val = part.partition("=")
@@ -47,8 +54,15 @@ class FNEVariant:
                 if lo > hi:
                     raise ValueError(f"{kind!r}: thresholds need f- <= f+")
                 out["f_minus"], out["f_plus"] = lo, hi
+            elif key == "shift":
+                try:
+                    out["shift"] = float(val)
+                except ValueError:
+                    raise ValueError(f"{kind!r}: shift={val!r} is not a number") from None
             else:
-                raise ValueError(f"{kind!r}: {part!r} is not layers=A+B or t=F-/F+ or t=none")
+                raise ValueError(
+                    f"{kind!r}: {part!r} is not layers=A+B, t=F-/F+, t=none or shift=F"
+                )
         if not out.get("ternarise", True) and "f_minus" in out:
             raise ValueError(f"{kind!r}: t=none keeps no thresholds; give t=none or t=F-/F+")
         return cls(**out)
@@ -66,7 +80,12 @@ class FNEVariant:
         cols = self.columns(store)
         st = store.fne_stats()
         stats = FNEStats(st.mean[cols], st.std[cols], st.n)
+        pooled = np.asarray(store.pooled[rows])[:, cols]
         if not self.ternarise:
-            return stats.standardise(np.asarray(store.pooled[rows])[:, cols]).astype(np.float32)
-        return full_network_embedding(np.asarray(store.pooled[rows])[:, cols], stats,
-                                      self.f_minus, self.f_plus)  # fmt: skip
+            return (stats.standardise(pooled) + self.shift).astype(np.float32)
+        out = full_network_embedding(pooled, stats, self.f_minus, self.f_plus)
+        if not self.shift:
+            return out
+        if float(self.shift).is_integer():
+            return (out + np.int8(self.shift)).astype(np.int8)
+        return out.astype(np.float32) + np.float32(self.shift)

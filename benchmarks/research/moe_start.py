@@ -155,8 +155,8 @@ def starts() -> tuple[list[dict], dict[str, dict[str, float]]]:
             cosines[feature] = input_cosines(data)
         out.append(run_start(c, rows[key]))
     for name, (cell, features) in PROBES.items():
-        if not (probe_run(name) / "done.json").is_file():
-            continue  # not trained yet (--probe), or still training
+        if not (probe_run(name) / "metrics.jsonl").is_file():
+            continue  # not trained yet (--probe)
         first_data = next(c["config"]["data"] for c in cells if c["row"] == cell.row)
         data = first_data | {"features": features}
         cosines[features] = input_cosines(data)
@@ -170,13 +170,13 @@ def table(runs: list[dict]) -> list[str]:
     for r in runs:
         rec = fair.Recipe.from_dict(r["recipe"])
         if "epochs" not in r:
-            lines.append(f"| {r['row']} | {recipe_words(rec)} | {r['seed']} | "
+            lines.append(f"| {_name(r)} | {recipe_words(rec)} | {r['seed']} | "
                          f"{r['plateau']:.2f} | run folder missing | | | | "
                          f"{r['slice_rsum']:.1f} |")  # fmt: skip
             continue
         reached, left = (("—" if x is None else str(x)) for x in (r["reached"], r["left"]))
         lines.append(
-            f"| {r['row']} | {recipe_words(rec)} | {r['seed']} | {r['plateau']:.2f} | "
+            f"| {_name(r)} | {recipe_words(rec)} | {r['seed']} | {r['plateau']:.2f} | "
             f"{r['epochs']} | {reached} | {left} | {r['lowest_loss']:.2f} | "
             f"{r['slice_rsum']:.1f} |"
         )
@@ -202,8 +202,8 @@ def train_probe(name: str) -> None:
 
 
 def probe_start(name: str, rows: int) -> dict:
-    """A finished probe's start, as :func:`run_start` gives a cell's (its slice rsum is
-    its log's best)."""
+    """A probe's start, as :func:`run_start` gives a cell's (its slice rsum is its log's
+    best); one still training says so, and its epochs are those it has run."""
     run = probe_run(name)
     config = json.loads((run / "config.json").read_text())["config"]
     lines = [json.loads(s) for s in (run / "metrics.jsonl").read_text().splitlines() if s]
@@ -211,7 +211,13 @@ def probe_start(name: str, rows: int) -> dict:
     fake = {"cell": run.name, "row": f"{cell.row} on {features}", "seed": cell.seed,
             "recipe": cell.recipe.as_dict(), "config": config,
             "slice": {"rsum": round(max(e["rsum"] for e in lines), 2)}}  # fmt: skip
-    return {**run_start(fake, rows, run), "probe": name}
+    training = not (run / "done.json").is_file()
+    return {**run_start(fake, rows, run), "probe": name, "training": training}
+
+
+def _name(r: dict) -> str:
+    """A run's row, and "still training" for a probe that is."""
+    return r["row"] + (" (still training)" if r.get("training") else "")
 
 
 def _span(xs: list[int]) -> str:
@@ -237,8 +243,9 @@ def summary(runs: list[dict], cosines: dict[str, dict[str, float]]) -> list[str]
         stayed = [r["slice_rsum"] for r in logged if r["left"] is None]
         best = f"{max(stayed):.1f}" if stayed else "—"
         cos = cosines[row.split(" on ")[1] if " on " in row else row.split("-")[0]]
+        name = row + (" (still training)" if any(r.get("training") for r in logged) else "")
         lines.append(
-            f"| {row} | {len(logged)} | "
+            f"| {name} | {len(logged)} | "
             f"{_span([r['reached'] for r in logged if r['reached'] is not None])} | "
             f"{_span([r['left'] for r in logged if r['left'] is not None])} | {best} | "
             f"{_cos(cos['none'])} / {_cos(cos['layernorm'])} |"

@@ -307,6 +307,11 @@ def test_fne_variant_with_the_paper_thresholds_is_the_stored_fne(tmp_path):
     half = image_features(store, "fne[shift=0.5]", ids)
     assert half.dtype == np.float32
     np.testing.assert_array_equal(half, np.asarray(store.fne).astype(np.float32) + 0.5)
+    far = image_features(store, "fne[shift=127]", ids)  # 1 + 127 leaves int8: float32
+    assert far.dtype == np.float32
+    np.testing.assert_array_equal(far, np.asarray(store.fne).astype(np.float32) + 127)
+    low = image_features(store, "fne[shift=-127]", ids)  # -1 - 127 = -128 still fits
+    assert low.dtype == np.int8 and low.min() == -128
     floats = image_features(store, f"fne[layers={name};t=none;shift=2]", ids)
     np.testing.assert_allclose(floats, z[:, sl] + 2, rtol=1e-6)
 
@@ -317,6 +322,7 @@ def test_fne_variant_with_the_paper_thresholds_is_the_stored_fne(tmp_path):
         ("fne[t=0.5/-0.5]", r"thresholds need f- <= f\+"),
         ("fne[t=1]", r"'t=1' is not layers=A\+B, t=F-/F\+, t=none or shift=F"),
         ("fne[shift=up]", r"shift='up' is not a number"),
+        ("fne[shift=nan]", r"shift='nan' is not a finite number"),
         ("fne[depth=2]", r"'depth=2' is not layers=A\+B, t=F-/F\+"),
         ("fne[layers=]", r"'layers=' is not layers=A\+B"),
         ("fne[t=none;t=-0.5/0.5]", r"t=none keeps no thresholds"),

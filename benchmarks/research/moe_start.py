@@ -87,6 +87,16 @@ def train_split(data: dict):
     return train
 
 
+def epoch_rows(config: dict) -> int:
+    """The (image, caption) rows of one epoch of a run with this effective ``config``:
+    every caption of the train split with ``captions: all``, one per captioned image
+    otherwise (:func:`vsekit.lab.train.retrieval_data.epoch_pairs`)."""
+    train = train_split(config["data"])
+    if config["train"]["captions"] == "all":
+        return len(train.captions)
+    return len({c.image for c in train.captions})
+
+
 def input_cosines(data: dict, n: int = 500, seed: int = 0) -> dict[str, float]:
     """The mean cosine between the input vectors of ``n`` distinct train images, as the
     run feeds them (``none``) and centred and scaled per image as the LayerNorm does
@@ -115,7 +125,9 @@ def first(epochs: list[dict], test) -> int | None:
 
 
 def run_start(cell: dict, rows: int, run: Path | None = None) -> dict:
-    """One cell's start, from its run folder's per-epoch log (its L_M epochs only)."""
+    """One cell's start, from its run folder's per-epoch log (its L_M epochs only). A log
+    whose L_M epochs are not as many as the cell records is not the cell's run, and is
+    not read."""
     cfg = cell["config"]
     margin, batch = cfg["loss"]["margin"], cfg["train"]["batch_size"]
     floor = plateau(margin, batch, rows)
@@ -127,6 +139,9 @@ def run_start(cell: dict, rows: int, run: Path | None = None) -> dict:
         return {**out, "run_folder": "missing"}
     lines = [json.loads(s) for s in log.read_text().splitlines() if s.strip()]
     epochs = [e for e in lines if e.get("phase", "max") == "max"]
+    recorded = cell.get("phases", {}).get("max")
+    if recorded is not None and recorded != len(epochs):
+        return {**out, "run_folder": f"{len(epochs)} L_M epochs logged, {recorded} recorded"}
     return {
         **out,
         "epochs": len(epochs),
@@ -146,21 +161,19 @@ def starts() -> tuple[list[dict], dict[str, dict[str, float]]]:
     out = []
     for c in sorted(cells, key=lambda c: (c["row"], fair.Recipe.from_dict(c["recipe"]).k,
                                           c["cell"])):  # fmt: skip
-        data = c["config"]["data"]
-        key = json.dumps(data, sort_keys=True)
+        key = json.dumps([c["config"]["data"], c["config"]["train"]["captions"]])
         if key not in rows:
-            rows[key] = len(train_split(data).captions)
+            rows[key] = epoch_rows(c["config"])
         feature = c["row"].split("-")[0]
         if feature not in cosines:
-            cosines[feature] = input_cosines(data)
+            cosines[feature] = input_cosines(c["config"]["data"])
         out.append(run_start(c, rows[key]))
-    for name, (cell, features) in PROBES.items():
+    for name, (_, features) in PROBES.items():
         if not (probe_run(name) / "metrics.jsonl").is_file():
             continue  # not trained yet (--probe)
-        first_data = next(c["config"]["data"] for c in cells if c["row"] == cell.row)
-        data = first_data | {"features": features}
-        cosines[features] = input_cosines(data)
-        out.append(probe_start(name, len(train_split(data).captions)))
+        config = json.loads((probe_run(name) / "config.json").read_text())["config"]
+        cosines[features] = input_cosines(config["data"])
+        out.append(probe_start(name, epoch_rows(config)))
     return out, cosines
 
 
@@ -171,14 +184,14 @@ def table(runs: list[dict]) -> list[str]:
         rec = fair.Recipe.from_dict(r["recipe"])
         if "epochs" not in r:
             lines.append(f"| {_name(r)} | {recipe_words(rec)} | {r['seed']} | "
-                         f"{r['plateau']:.2f} | run folder missing | | | | "
+                         f"{r['plateau']:.2f} | run folder: {r['run_folder']} | | | | "
                          f"{r['slice_rsum']:.1f} |")  # fmt: skip
             continue
         reached, left = (("—" if x is None else str(x)) for x in (r["reached"], r["left"]))
         lines.append(
             f"| {_name(r)} | {recipe_words(rec)} | {r['seed']} | {r['plateau']:.2f} | "
             f"{r['epochs']} | {reached} | {left} | {r['lowest_loss']:.2f} | "
-            f"{r['slice_rsum']:.1f} |"
+            f"{r['slice_rsum']:.1f}{' (log)' if r.get('probe') else ''} |"
         )
     return lines
 
@@ -212,7 +225,8 @@ def probe_start(name: str, rows: int) -> dict:
             "recipe": cell.recipe.as_dict(), "config": config,
             "slice": {"rsum": round(max(e["rsum"] for e in lines), 2)}}  # fmt: skip
     training = not (run / "done.json").is_file()
-    return {**run_start(fake, rows, run), "probe": name, "training": training}
+    return {**run_start(fake, rows, run), "probe": name, "training": training,
+            "slice_rsum_from": "the log's best epoch (a cell's is re-scored)"}  # fmt: skip
 
 
 def _name(r: dict) -> str:

@@ -26,7 +26,8 @@ class FNEVariant:
     activations as float32 (steps 1-2 without step 3, to see what ternarising costs).
     ``shift`` adds a constant to every value: the same information, moved off the origin
     (``shift=1`` makes the ternary values {0, 1, 2}, so every image's vector shares a
-    direction; a shift of the ternary values by a whole number keeps them int8).
+    direction; a whole-number shift that keeps the ternary values in int8's range keeps
+    them int8, any other is float32).
     Computed from the store's pooled activations and its train-split statistics."""
 
     layers: tuple[str, ...] = ()  # empty: every block
@@ -59,6 +60,8 @@ class FNEVariant:
                     out["shift"] = float(val)
                 except ValueError:
                     raise ValueError(f"{kind!r}: shift={val!r} is not a number") from None
+                if not np.isfinite(out["shift"]):
+                    raise ValueError(f"{kind!r}: shift={val!r} is not a finite number")
             else:
                 raise ValueError(
                     f"{kind!r}: {part!r} is not layers=A+B, t=F-/F+, t=none or shift=F"
@@ -86,6 +89,6 @@ class FNEVariant:
         out = full_network_embedding(pooled, stats, self.f_minus, self.f_plus)
         if not self.shift:
             return out
-        if float(self.shift).is_integer():
-            return (out + np.int8(self.shift)).astype(np.int8)
+        if float(self.shift).is_integer() and -127 <= self.shift <= 126:  # -1+s, 1+s fit
+            return (out.astype(np.int16) + int(self.shift)).astype(np.int8)
         return out.astype(np.float32) + np.float32(self.shift)

@@ -63,8 +63,34 @@ def test_the_fne_rows_search_each_normalisation_and_moe_runs_five_seeds():
     pick = fair.chosen("fne-moe", done)
     assert pick.norm == "layernorm" and pick.k == -6
     norms = {c["recipe"]["img_norm"] for c in done.values()}
-    assert norms == {"none", "layernorm"}
+    assert norms == {"none", "layernorm", "shift"}  # MOE's FNE rows: the shifted input too
     assert len(fair_report.row_cells("fne-moe", pick, done)) == 5
+
+
+def test_the_shifted_input_is_searched_by_the_fne_rows_of_moe_and_poe_only():
+    for row in ("fne-moe", "fne-poe", "fnef-moe", "fnef-poe"):
+        assert fair.norms(row) == ("none", "layernorm", "shift")
+    for row in ("fne-sh", "fne-mh", "fne-soe", "fne-ph", "fnef-soe", "fc7-moe", "fc7-poe"):
+        assert "shift" not in fair.norms(row)
+    s = fair.FairCell("fne-moe", fair.Recipe(-6, "shift"), 0).settings("STORE", 0.05)
+    assert s["data.features"] == "fne[shift=1]" and s["model.img_norm"] == "none"
+    f = fair.FairCell("fnef-poe", fair.Recipe(-6, "shift", 0.2), 1).settings("STORE", 0.05)
+    assert f["data.features"] == "fne[t=none;shift=1]" and f["model.img_norm"] == "none"
+
+    # a shifted grid that starts where the other two sit at chance is the row's choice
+    def slice_of(c: fair.FairCell) -> float:
+        r = c.recipe
+        if r.norm != "shift":
+            return 10.0
+        return 300 - 5 * (r.k + 6) ** 2 - 10 * abs(r.dropout - 0.2)
+
+    done, _ = _run_grid(slice_of, ("fne-moe",))
+    pick = fair.chosen("fne-moe", done)
+    assert pick == fair.Recipe(-6, "shift", 0.2, 1.0)
+    assert fair_report.recipe_words(pick) == "lr 1e-3, shifted +1, dropout 0.2"
+    assert fair_report.lr_inside("fne-moe", pick, done) == "yes"
+    unshifted = {c["recipe"]["lr"] for c in done.values() if c["recipe"]["img_norm"] == "none"}
+    assert min(unshifted) == 1e-5  # the unstarted grids still grew down to the bound
 
 
 def test_a_dropout_at_the_top_of_its_grid_is_named():

@@ -46,7 +46,8 @@ the order listed):
    gridded: before the joint model's bias-free map and its L2-normalised output, it
    changes neither the embedding nor any gradient (``tests/test_fair_options.py``
    proves it), so it is the same run as none. The one-layer row is L2-normalised as
-   before, and searches the learning rate with no normalisation beyond that.
+   before, and searches the learning rate with no normalisation beyond that. (From the
+   amendment of 2026-11-28, the FNE rows of MOE and POE search a third input, ``shift``.)
 2. *Dropout on the input features* (``model.img_dropout``), ``DROPOUTS`` (0, 0.2, 0.5), at
    stage 1's best; every row. Weight decay is not gridded: dropout is the regulariser
    the shipped model uses, and one regulariser keeps the search affordable.
@@ -161,6 +162,29 @@ change so far is FNE-MOE's with the LayerNorm: its 3.2e-3 cell, once run, sat at
 (9.8), and both rules go on to 1e-4; they part after that, if 1e-4 also sits at chance
 (the old rule would end there, at 3.2e-4's 11.7). Each normalisation's grid is judged on
 its own, so the LayerNorm grid grows down although the no-normalisation grid started.
+**The FNE off the origin, for MOE and POE** (added on 2026-11-28, before any FNE-MOE or
+float FNE-MOE recipe was chosen and before any POE cell; after the two probes of
+``moe_start.py`` had run their first epochs). Every FC7-MOE run's training loss reaches
+the plateau (the loss of an embedding whose scores are all equal) within its first six
+epochs, sits there while the slice rsum climbs, and then falls below it; no FNE-MOE run,
+ternary or float, with or without the LayerNorm, had reached it by its end but one (lr
+1e-5, at epoch 41), and none left it (``benchmarks/research/moe_start.json``). pool5's
+inputs are non-negative and point in much the same direction (mean cosine between images
+0.36); the FNE's are centred on the dataset's mean (0.04; the float FNE's 0.00), and the
+LayerNorm centres each image's vector, so neither normalisation of stage 1 gives them a
+shared direction. The ternary FNE-MOE cell at lr 1e-3, trained on its values plus one
+(``fne[shift=1]``: the same information and per-dimension scales, cosine 0.47), came
+within 1% of the plateau at epoch 1, as did the float cell on the raw pooled activations.
+From this amendment the FNE rows of MOE and POE (``SHIFT_PIPELINES``) search a third input
+in stage 1, ``shift``: the row's features plus one (``SHIFTED``: ``fne[shift=1]`` for the
+ternary FNE, ``fne[t=none;shift=1]``, one standard deviation, for the float), with no
+normalisation, on the same learning-rate grid as the other two. The other rows keep
+theirs: their FNE runs all started, and the plateau is a stage of the max of hinges under
+the order similarity. No recorded cell and no chosen recipe changes; FNE-MOE's and float
+FNE-MOE's stage 1 gain a grid. The probe's run of the ternary FNE-MOE at lr 1e-3 on
+``fne[shift=1]`` had the settings of that grid's first cell to the key, so it became that
+cell (``fair-fne-moe-lr0.001-nshift-d0-m1-s0``): its run folder was renamed and the runner
+resumed it, and its record names the commit it finished with.
 """
 
 from __future__ import annotations
@@ -177,6 +201,9 @@ PIPELINES = ("sh", "mh", "soe", "moe", "ph", "poe")
 FEATURES = ("fc7", "fne", "fnef")
 KIND = {"fc7": "baseline", "fne": "fne", "fnef": "fne[t=none]"}  # data.features
 NORMS = {"fc7": ("none",), "fne": ("none", "layernorm"), "fnef": ("none", "layernorm")}
+# the amendment of 2026-11-28: the FNE off the origin, for these pipelines' FNE rows
+SHIFT_PIPELINES = ("moe", "poe")
+SHIFTED = {"fne": "fne[shift=1]", "fnef": "fne[t=none;shift=1]"}  # data.features
 LR_START = (-7, -6, -5)  # half-decade exponents k of lr = 10^(k/2): 3.2e-4, 1e-3, 3.2e-3
 LR_BOUNDS = (-10, -2)  # 1e-5 .. 1e-1
 DROPOUTS = (0.0, 0.2, 0.5)
@@ -248,16 +275,19 @@ class FairCell:
         return f"configs/flickr8k-{'fc7' if self.feature == 'fc7' else 'fne'}-{self.pipeline}.yaml"
 
     def settings(self, store: str, paper_margin: float) -> dict[str, object]:
-        """Every key this cell sets over its config file, once each."""
+        """Every key this cell sets over its config file, once each (``shift``: the
+        shifted features, with no normalisation)."""
         r, p = self.recipe, self.pipeline
         out = _fixed(self.feature, p, store, self.seed) | {
-            "model.img_norm": r.norm,
+            "model.img_norm": "none" if r.norm == "shift" else r.norm,
             "model.img_dropout": r.dropout,
             "loss.margin": float(f"{paper_margin * r.margin:g}"),
             "train.lr": r.lr,
         }
         if p in ("ph", "poe"):
             out["train.lr_max_phase"] = float(f"{r.lr / 10:.3g}") if p == "poe" else None
+        if r.norm == "shift":
+            out["data.features"] = SHIFTED[self.feature]
         return out
 
 
@@ -390,11 +420,18 @@ def lr_search(
             return [], best
 
 
+def norms(row: str) -> tuple[str, ...]:
+    """The inputs stage 1 searches for ``row``: ``NORMS``, and ``shift`` for the FNE rows
+    of ``SHIFT_PIPELINES`` (the amendment of 2026-11-28)."""
+    feature, pipeline = row.split("-")
+    extra = ("shift",) if feature in SHIFTED and pipeline in SHIFT_PIPELINES else ()
+    return (*NORMS[feature], *extra)
+
+
 def search(row: str, score: Score) -> tuple[list[Recipe], Recipe | None]:
     """``(to run next at seed 0, the row's recipe once the search is over)``."""
-    feature = row.split("-")[0]
     need, firsts = [], []
-    for norm in NORMS[feature]:  # stage 1
+    for norm in norms(row):  # stage 1
         todo, best = lr_search(Recipe(LR_START[1], norm), LR_START, score)
         need += todo
         if best is not None:

@@ -240,6 +240,7 @@ def recipe_words(pick: fair.Recipe) -> str:
     only when it is not the paper's)."""
     words = [f"lr {_lr(pick.lr)}"]
     words += ["LayerNorm"] if pick.norm == "layernorm" else []
+    words += ["shifted +1"] if pick.norm == "shift" else []
     words += [f"dropout {pick.dropout:g}" if pick.dropout else "no dropout"]
     words += [f"margin x{pick.margin:g}"] if pick.margin != 1 else []
     return ", ".join(words)

@@ -37,8 +37,12 @@ at which FNE-MOE fails. (The per-dimension scales change too; this probe does no
 the two.) A second probe parts them: the ternary FNE-MOE cell at lr 1e-3 on
 ``fne[shift=1]``, the ternary values plus one ({0, 1, 2}). A constant added to every
 input dimension adds ``W 1`` to the projection's output ``W x``, the same vector for every
-image: the information and the per-dimension scales are the FNE's, and only the shared
-direction is new (mean cosine between images 0.47, against 0.04).
+image: the information and the per-dimension scales are the FNE's, and the shared
+direction is new (mean cosine between images 0.47, against 0.04); during training the
+shift also changes the gradient. Under the protocol's amendment of 2026-11-28 this probe
+became the cell ``fair-fne-moe-lr0.001-nshift-d0-m1-s0`` (``BECAME``): the same settings
+to the key, its run folder renamed, resumed by a runner. Until that cell is recorded, its
+run is read here as the probe's.
 """
 
 from __future__ import annotations
@@ -65,6 +69,8 @@ PROBES = {
     "fnef-moe-pooled": (fair.FairCell("fnef-moe", fair.Recipe(-6), 0), "pooled"),
     "fne-moe-shift1": (fair.FairCell("fne-moe", fair.Recipe(-6), 0), "fne[shift=1]"),
 }
+# a probe whose settings became a protocol cell's: its run is that cell's
+BECAME = {"fne-moe-shift1": fair.FairCell("fne-moe", fair.Recipe(-6, "shift"), 0)}
 
 
 def plateau(margin: float, batch: int, rows: int) -> float:
@@ -171,6 +177,8 @@ def starts() -> tuple[list[dict], dict[str, dict[str, float]]]:
     for name, (_, features) in PROBES.items():
         if not (probe_run(name) / "metrics.jsonl").is_file():
             continue  # not trained yet (--probe)
+        if name in BECAME and BECAME[name].name in done:
+            continue  # recorded: the cell's row shows it
         config = json.loads((probe_run(name) / "config.json").read_text())["config"]
         cosines[features] = input_cosines(config["data"])
         out.append(probe_start(name, epoch_rows(config)))
@@ -197,7 +205,7 @@ def table(runs: list[dict]) -> list[str]:
 
 
 def probe_run(name: str) -> Path:
-    return RUNS / f"probe-{name}-s0"
+    return RUNS / (BECAME[name].name if name in BECAME else f"probe-{name}-s0")
 
 
 def train_probe(name: str) -> None:
@@ -207,6 +215,8 @@ def train_probe(name: str) -> None:
 
     from research.runner import ROOT, STORE, yaml_value
 
+    if name in BECAME:
+        sys.exit(f"probe {name} is the cell {BECAME[name].name} now: a runner trains it")
     cell, features = PROBES[name]
     margin = yaml.safe_load((ROOT / cell.config).read_text())["loss"]["margin"]
     sets = cell.settings(STORE, float(margin)) | {"data.features": features}

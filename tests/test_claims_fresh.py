@@ -206,23 +206,12 @@ def _unsourced_epochs(prose: str, rows: list[list[dict]]) -> list[str]:
     return out
 
 
-def _finished_rows(fair_done: dict[str, dict]) -> list[list[dict]]:
-    t2, _ = fair_report.split(fair_done)
-    rows = []
-    for row in fair_protocol.rows():
-        pick = fair_protocol.chosen(row, t2)
-        cells = fair_report.row_cells(row, pick, t2) if pick is not None else []
-        if cells and len(cells) == len(fair_protocol.seeds(row)):
-            rows.append(cells)
-    return rows
-
-
 def test_the_fair_prose_epoch_spans_are_the_cells(fair_done):
     """Every "N to M epochs" under the fair table is the span of epochs that a finished
     row's seeds ran, and "none at the cap" holds where the prose says it."""
     prose = _fair_prose((ROOT / "docs" / "benchmarks.md").read_text())
     assert _EPOCHS.findall(prose), "the prose under the fair table gives no epoch span"
-    missing = _unsourced_epochs(prose, _finished_rows(fair_done))
+    missing = _unsourced_epochs(prose, [cells for *_, cells in fair_report.finished(fair_done)])
     assert not missing, (
         "docs/benchmarks.md's fair prose gives epoch spans no finished row ran: "
         + ", ".join(missing)

@@ -246,18 +246,25 @@ def recipe_words(pick: fair.Recipe) -> str:
     return ", ".join(words)
 
 
-def benchmarks_table(done: dict[str, dict]) -> list[str]:
-    """docs/benchmarks.md's table of the fair protocol (between its markers): every row
-    whose search is over and whose seeds have all run, in the grid's order, with its
-    chosen recipe and dev rsum (mean ± std over the seeds)."""
+def finished(done: dict[str, dict]) -> list[tuple[str, fair.Recipe, list[dict]]]:
+    """``(row, chosen recipe, its seeds' cells)`` of every row whose search is over and
+    whose seeds have all run, in the grid's order."""
     t2, _ = split(done)
-    lines = ["| row | recipe chosen on the slice | seeds | dev rsum | paper |",
-             "|---|---|---|---|---|"]  # fmt: skip
+    out = []
     for row in fair.rows():
         pick = fair.chosen(row, t2)
         cells = row_cells(row, pick, t2) if pick is not None else []
-        if not cells or len(cells) < len(fair.seeds(row)):
-            continue
+        if cells and len(cells) == len(fair.seeds(row)):
+            out.append((row, pick, cells))
+    return out
+
+
+def benchmarks_table(done: dict[str, dict]) -> list[str]:
+    """docs/benchmarks.md's table of the fair protocol (between its markers): every
+    :func:`finished` row with its chosen recipe and dev rsum (mean ± std over the seeds)."""
+    lines = ["| row | recipe chosen on the slice | seeds | dev rsum | paper |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for row, pick, cells in finished(done):
         feature, pipeline = row.split("-")
         name, what = ROW_NAMES[feature]
         paper = f"{sum(PAPER[row]):.1f}" if row in PAPER else "—"

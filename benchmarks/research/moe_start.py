@@ -48,6 +48,7 @@ run is read here as the probe's.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -83,12 +84,17 @@ def plateau(margin: float, batch: int, rows: int) -> float:
 
 def train_split(data: dict):
     """The split a run with this ``data`` config trains on (the selection images carved
-    out)."""
+    out); loaded once per distinct config."""
+    return _train_split(json.dumps(data, sort_keys=True))
+
+
+@functools.cache
+def _train_split(data_json: str):
     from vsekit.lab.data import load_dataset
     from vsekit.lab.train.config import DataConfig
     from vsekit.lab.train.features import train_and_selection
 
-    cfg = DataConfig(**data)
+    cfg = DataConfig(**json.loads(data_json))
     train, _ = train_and_selection(load_dataset(cfg.root, cfg.format), cfg)
     return train
 

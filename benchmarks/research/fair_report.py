@@ -11,7 +11,7 @@ import json
 from dataclasses import replace
 
 from . import fair_protocol as fair
-from . import families
+from . import families, papers
 from .explanations import FAIR
 from .protocol import PAPER, T975, verdict
 
@@ -165,7 +165,7 @@ def inst_section(inst: dict[str, dict], first: dict[str, dict]) -> list[str]:
             lines.append(
                 f"| {feat.upper()}-MOE-{k} | {lr:g} | {margin:g} | {'yes' if use_abs else 'no'}"
                 f" | {f'{moe}/5' if moe is not None else f'{len(runs)}/5 run'} | {span} | "
-                f"{'—' if old is None else f'{old}/5'} | {families.MOE_PAPER[v]}/5 | "
+                f"{'—' if old is None else f'{old}/5'} | {papers.MOE_STARTS[v]}/5 | "
                 f"{'—' if poe is None else f'{poe}/5'} |"
             )
     return lines

@@ -41,6 +41,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from . import papers
 from .explanations import (
     EXPLAIN_ALPHA,
     EXPLAIN_DELTA,
@@ -135,18 +136,10 @@ FNE_VARIANTS = {
 # the second backbone: FC7 (pooled last layer) and FNE rows on the SH pipeline
 LITE0 = "efficientnet-lite0"
 LITE0_STORE = "~/.cache/vsekit/stores/flickr8k-efficientnet-lite0-c2"
-# 001 Table 5: MOE's failed starts at the paper's settings (learning rate, margin, abs),
-# five seeds each, in a short budget; POE at the same settings
+# the journal paper's Table 5 (papers.MOE_STARTS): MOE's failed starts at its settings
+# (learning rate, margin, abs), five seeds each, in a short budget; POE at the same settings
 MOE_SETTINGS = {"bl": (2e-4, 0.2, False), "bl-abs": (2e-4, 0.2, True),
                 "abs": (1e-4, 0.05, True)}  # fmt: skip
-MOE_PAPER = {
-    "fc7-bl": 5,
-    "fc7-bl-abs": 0,
-    "fc7-abs": 0,
-    "fne-bl": 0,
-    "fne-bl-abs": 0,
-    "fne-abs": 4,
-}  # fmt: skip (successes of 5)
 MOE_SEEDS = (0, 1, 2, 3, 4)
 MOE_EPOCHS = 4
 STARTED = 10.0  # dev rsum; the paper's "does not train" is below 10 (chance is about 3)
@@ -383,9 +376,7 @@ def family_claims(
     regression-report encoder) cell at its row's chosen recipe; ``grid``: Table 2's
     (learning rate, margin scale) grid, which the second backbone's rows share;
     ``paper_rsum``: Table 2's rsum by row, for the paper's own differences."""
-    from tags_flickr8k import PAPER as TAG_PAPER
-    from w2vv_flickr8k import PAPER_I2T, PAPER_REG
-
+    reg = papers.REPORT_REGRESSION
     short, long_ = f"<={LENGTH_EDGES[0]}", f">={LENGTH_EDGES[-1] + 1}"
     t2 = paper_rsum or {}
     fne_paper = f"{t2['fne-sh'] - t2['fc7-sh']:+.1f}" if t2 else "—"
@@ -398,14 +389,14 @@ def family_claims(
         between the best of two lists of them."""
 
         def fig(v: str) -> float:
-            loss, a = v.rsplit("-a", 1)  # TAG_PAPER: (p@1 by alpha, p@5 by alpha)
-            by_alpha = TAG_PAPER[(names[loss], "nouns")][0 if k == 1 else 1]
+            loss, a = v.rsplit("-a", 1)  # papers.TAGS: (p@1 by alpha, p@5 by alpha)
+            by_alpha = papers.TAGS[(names[loss], "nouns")][0 if k == 1 else 1]
             return by_alpha[TAG_ALPHAS.index(float(a))]
 
         b, w = ([x] if isinstance(x, str) else x for x in (better, worse))
         return f"{max(map(fig, b)) - max(map(fig, w)):+.1f}"
 
-    w2v = {k: v[0] for k, v in PAPER_I2T.items()}
+    w2v = {k: v[0] for k, v in papers.W2VV_I2T.items()}
 
     def row_rsum(row: str):
         def get(done: dict[str, dict], seed: int) -> float | None:
@@ -512,7 +503,7 @@ def family_claims(
         FamilyClaim("Baseline + weight beats the baseline", "002 Table 1", "dev t2i R@1",
                     dev("reg", "ridge-glove", "weighted", "t2i_r1"),
                     dev("reg", "ridge-glove", "t2i_r1"),
-                    paper=f"{PAPER_REG['weight'][0] - PAPER_REG['plain'][0]:+.1f} t2i R@1"),
+                    paper=f"{reg['weight'][0] - reg['plain'][0]:+.1f} t2i R@1"),
         FamilyClaim(f"Long captions ({long_} words) retrieve better than short ({short}), "
                     "GRU + GloVe", "002 Figure 3", "dev t2i R@10",
                     lengths("fc7-soe", long_), lengths("fc7-soe", short)),

@@ -80,7 +80,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from . import families
+from . import families, papers
 from .explanations import EXPLAIN, EXPLAIN_BIGRU, NOTE_PH, NOTE_POE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,27 +107,9 @@ REG_TEXT = {
     "reg-gru-random": "{kind: gru, word_dim: 50, embed_dim: 512, glove: false}",
 }
 REG_BASE = "fc7-soe"
-# the report's Table 1 (MSCOCO, 1,000 test images; trained on 113,287): t2i R@1, R@10,
-# mean rank; its "GRU (Vendrov et al.)" row, which it did not train, stands for random vectors
-REG_PAPER = {"fc7-soe": (37.0, 86.8, 7.3), "reg-lstm-glove": (35.4, 86.2, 7.5),
-             "reg-gru-random": (36.3, 85.8, 7.6)}  # fmt: skip
-
-# Journal paper, Table 2 (Flickr8k test split, VGG16): R@1, R@5, R@10 annotation, then
-# retrieval. Quoted from ../shared/seeds/fne-multimodal-pipelines-journal.txt.
-PAPER = {
-    "fc7-sh": (22.4, 49.8, 62.9, 16.6, 41.2, 54.3),
-    "fne-sh": (25.0, 50.8, 64.3, 18.6, 44.9, 58.0),
-    "fc7-mh": (23.0, 49.0, 63.3, 18.5, 43.2, 56.1),
-    "fne-mh": (27.3, 56.8, 69.3, 21.2, 47.1, 59.7),
-    "fc7-soe": (21.2, 48.1, 61.7, 17.8, 43.6, 56.5),
-    "fne-soe": (24.0, 52.4, 63.9, 18.7, 44.2, 57.7),
-    "fc7-moe": (21.5, 46.1, 60.0, 15.6, 39.0, 51.9),
-    "fne-moe": (25.5, 55.5, 67.8, 18.7, 44.4, 58.4),
-    "fc7-ph": (22.9, 48.8, 62.5, 17.1, 41.7, 54.6),
-    "fne-ph": (26.3, 55.7, 68.5, 20.5, 45.8, 58.1),
-    "fc7-poe": (21.0, 48.3, 62.0, 16.9, 41.7, 55.3),
-    "fne-poe": (26.2, 53.6, 65.8, 19.7, 45.6, 58.4),
-}
+# Table 2's six recalls by row (papers.TABLE2 without its Med r columns): its rsum is
+# their sum
+PAPER = {row: (*r[:3], *r[4:7]) for row, r in papers.TABLE2.items()}
 
 
 @dataclass(frozen=True)
@@ -356,7 +338,7 @@ def paper_difference(better: str, worse: str) -> str:
     """The paper's ``better - worse``: Table 2's rsums, or the regression report's t2i R@1."""
     if better in PAPER and worse in PAPER and better not in REG_TEXT and worse not in REG_TEXT:
         return f"{sum(PAPER[better]) - sum(PAPER[worse]):+.1f}"
-    b, w = REG_PAPER.get(better), REG_PAPER.get(worse)
+    b, w = papers.REPORT_TABLE1.get(better), papers.REPORT_TABLE1.get(worse)
     if not (b and w):
         return "—"
     note = " (random vectors: Vendrov et al.'s GRU)" if "reg-gru-random" in (better, worse) else ""

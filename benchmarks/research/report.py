@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import fair_report, families
+from . import fair_report, families, papers
 from .explanations import FROM_RUNS, PARTLY, TESTED_BY, UNTESTED_WORDS
 from .protocol import (
     CELLS,
@@ -21,7 +21,6 @@ from .protocol import (
     GRID,
     PAPER,
     REG_BASE,
-    REG_PAPER,
     ROOT,
     RUNS,
     SEEDS,
@@ -112,7 +111,7 @@ def poe_explanation(done: dict[str, dict]) -> str:
     """What explains "POE starts where MOE fails to" not holding, from the recorded POE
     cells at the settings where MOE failed: how far they got before L_M ended, and
     whether their L_M phase ended in the order loss's flat state (``order_stats``)."""
-    moe = {k: families.moe_starts(done, "moe", k) for k in families.MOE_PAPER}
+    moe = {k: families.moe_starts(done, "moe", k) for k in papers.MOE_STARTS}
     failed = [k for k, n in moe.items() if n is not None and n < len(families.MOE_SEEDS)]
     poe = {k: families.moe_starts(done, "poe", k) for k in failed}
     if not failed or any(n is None for n in poe.values()):
@@ -173,10 +172,10 @@ def moe_note(done: dict[str, dict]) -> str:
     the settings whose starts differ from the paper's by 3 runs or more, and the state
     the runs that did not start end in (their ``order_stats``; see
     :func:`scoring.order_stats`). Empty until every MOE run is recorded."""
-    moe = {k: families.moe_starts(done, "moe", k) for k in families.MOE_PAPER}
+    moe = {k: families.moe_starts(done, "moe", k) for k in papers.MOE_STARTS}
     if any(n is None for n in moe.values()):
         return ""
-    paper = families.MOE_PAPER
+    paper = papers.MOE_STARTS
     parts = []
     differ = [f"{k} {n}/5 (paper {paper[k]}/5)" for k, n in moe.items() if abs(n - paper[k]) >= 3]
     if differ:
@@ -280,8 +279,6 @@ def _ms(xs: list[float]) -> str:
 
 def family_tables(done: dict[str, dict]) -> list[str]:
     """The families' results (mean ± std over the recorded seeds), beside the papers'."""
-    from tags_flickr8k import PAPER as TAG_PAPER
-    from w2vv_flickr8k import PAPER_I2T, PAPER_REG
 
     def cells(family: str, variant: str) -> list[dict]:
         names = [families.Job(family, variant, s, "").name for s in families.SEEDS]
@@ -298,7 +295,7 @@ def family_tables(done: dict[str, dict]) -> list[str]:
         if j.family != "tags" or j.seed:
             continue
         loss, a = j.variant.rsplit("-a", 1)
-        paper = TAG_PAPER.get((names[loss], "nouns"))
+        paper = papers.TAGS.get((names[loss], "nouns"))
         k = families.TAG_ALPHAS.index(float(a))
         ref = f"{paper[0][k]} / {paper[1][k]}" if paper else "—"
         cs = cells("tags", j.variant)
@@ -319,7 +316,7 @@ def family_tables(done: dict[str, dict]) -> list[str]:
         inp = variant.split("-")[0]
         target = variant.removesuffix("-conv")
         budget = "converged" if variant.endswith("-conv") else f"{families.W2VV_EPOCHS} epochs"
-        paper = PAPER_I2T.get(inp) if variant.endswith("pool5") else None
+        paper = papers.W2VV_I2T.get(inp) if variant.endswith("pool5") else None
         ref = f"{paper[0]} / {paper[2]}" if paper else "—"
         got = (" | ".join(_ms([c["dev"][k] for c in cs]) for k in ("rsum", "i2t_r1", "i2t_r10"))
                if cs else " | | ")  # fmt: skip
@@ -376,7 +373,7 @@ def family_tables(done: dict[str, dict]) -> list[str]:
             n_run = sum(families.Job("moe", k, s, "").name in done for s in families.MOE_SEEDS)
             got = f"{moe}/5" if moe is not None else f"{n_run}/5 run"
             lines.append(f"| {feat.upper()}-MOE-{name} | {lr:g} | {margin:g} | "
-                         f"{'yes' if use_abs else 'no'} | {got} | {families.MOE_PAPER[k]}/5 | "
+                         f"{'yes' if use_abs else 'no'} | {got} | {papers.MOE_STARTS[k]}/5 | "
                          f"{f'{poe}/5' if poe is not None else '—'} |")  # fmt: skip
     cs = cells("reg", "ridge-glove")
     lines += ["", "## The regression baseline and \"baseline + weight\" (002)", "",
@@ -389,9 +386,9 @@ def family_tables(done: dict[str, dict]) -> list[str]:
               "", "| queries | seeds | t2i R@1 | t2i R@10 | t2i mean r | images ranked first "
               "| the 10 most frequent's share | report R@1 / R@10 / mean r |",
               "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for label, key, paper in (("one caption (baseline)", None, PAPER_REG["plain"]),
+    for label, key, paper in (("one caption (baseline)", None, papers.REPORT_REGRESSION["plain"]),
                               ("five captions averaged (baseline + weight)", "weighted",
-                               PAPER_REG["weight"])):  # fmt: skip
+                               papers.REPORT_REGRESSION["weight"])):  # fmt: skip
         vals = [c["dev"][key] if key else c["dev"] for c in cs]
         got = (" | ".join(_ms([v[k] for v in vals]) for k in ("t2i_r1", "t2i_r10", "t2i_meanr"))
                if vals else " | | ")  # fmt: skip
@@ -501,7 +498,7 @@ def report(done: dict[str, dict], fair_done: dict[str, dict] | None = None) -> s
     for r, label in names.items():
         cells = [] if base is None else [done[Cell(r, *base, s).name] for s in SEEDS
                                          if Cell(r, *base, s).name in done]  # fmt: skip
-        paper = REG_PAPER.get(r)
+        paper = papers.REPORT_TABLE1.get(r)
         ref = f"{paper[0]} / {paper[1]} / {paper[2]}" if paper else "—"
         if not cells:
             lines.append(f"| {label} | 0 | | | | {ref} |")
@@ -547,7 +544,7 @@ def report(done: dict[str, dict], fair_done: dict[str, dict] | None = None) -> s
             explained.append(f"**{r.title}: {v}.** {r.explain or 'Not yet examined.'} "
                              f"*Explanation: {status}{by}.*")  # fmt: skip
     for title, source, metric, fig, v in moe:
-        paper = ", ".join(f"{k} {n}/5" for k, n in families.MOE_PAPER.items())
+        paper = ", ".join(f"{k} {n}/5" for k, n in papers.MOE_STARTS.items())
         paper = paper if title.startswith("MOE") else "every curriculum run started"
         fam = "moe" if title.startswith("MOE") else "poe"
         runs = sum(c.get("family") == fam for c in done.values())  # of 5 seeds x 6 settings

@@ -6,8 +6,8 @@ written beside the paper's Flickr8k *test* figures (its Table 2, VGG16, 200-400 
 a GPU). Results already in the JSON are kept, so the script can be run in parts
 (``--only fne-mh,fc7-mh``).
 
-Run: python benchmarks/flickr8k_table.py --minutes 10
-Writes benchmarks/flickr8k.json and benchmarks/flickr8k.md.
+Run: python benchmarks/research/flickr8k_table.py --minutes 10
+Writes benchmarks/research/flickr8k.json and flickr8k.md.
 """
 
 from __future__ import annotations
@@ -18,29 +18,14 @@ import shutil
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
 from _common import record  # noqa: E402
 
+from research.papers import TABLE2  # noqa: E402
 from vsekit.lab.train import load_config, train  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PIPELINES = ("sh", "mh", "soe", "moe", "ph", "poe")
-# Journal paper, Table 2 (Flickr8k test split): R@1, R@5, R@10, Med r for annotation, then
-# retrieval. Quoted from ../shared/seeds/fne-multimodal-pipelines-journal.txt.
-PAPER = {
-    "fc7-sh": (22.4, 49.8, 62.9, 6, 16.6, 41.2, 54.3, 8),
-    "fne-sh": (25.0, 50.8, 64.3, 5, 18.6, 44.9, 58.0, 7),
-    "fc7-mh": (23.0, 49.0, 63.3, 6, 18.5, 43.2, 56.1, 8),
-    "fne-mh": (27.3, 56.8, 69.3, 4, 21.2, 47.1, 59.7, 6),
-    "fc7-soe": (21.2, 48.1, 61.7, 6, 17.8, 43.6, 56.5, 8),
-    "fne-soe": (24.0, 52.4, 63.9, 5, 18.7, 44.2, 57.7, 7),
-    "fc7-moe": (21.5, 46.1, 60.0, 7, 15.6, 39.0, 51.9, 9),
-    "fne-moe": (25.5, 55.5, 67.8, 4, 18.7, 44.4, 58.4, 7),
-    "fc7-ph": (22.9, 48.8, 62.5, 6, 17.1, 41.7, 54.6, 8),
-    "fne-ph": (26.3, 55.7, 68.5, 4, 20.5, 45.8, 58.1, 7),
-    "fc7-poe": (21.0, 48.3, 62.0, 6, 16.9, 41.7, 55.3, 8),
-    "fne-poe": (26.2, 53.6, 65.8, 5, 19.7, 45.6, 58.4, 7),
-}
 
 
 def paper_rsum(row: tuple) -> float:
@@ -57,7 +42,7 @@ def markdown(results: dict, minutes: float) -> str:
     for feat in ("fc7", "fne"):
         for p in PIPELINES:
             key = f"{feat}-{p}"
-            pr = PAPER[key]
+            pr = TABLE2[key]
             paper = (
                 f"{pr[0]} / {pr[1]} / {pr[2]} / {pr[3]} | {pr[4]} / {pr[5]} / {pr[6]} / "
                 f"{pr[7]} | {paper_rsum(pr)}"

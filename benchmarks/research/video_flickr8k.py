@@ -35,8 +35,8 @@ audio track, so no audio figure is reported (the audio path is tested for shapes
 codebook fitting and silence in tests/test_video.py).
 
 Stages are cached under ~/.cache/vsekit/video-bench and resume after a kill.
-Run: python benchmarks/video_flickr8k.py [--minutes 4] [--stage all|clips|w2vv|localise]
-Writes benchmarks/video_flickr8k.json and .md.
+Run: python benchmarks/research/video_flickr8k.py [--minutes 4] [--stage all|clips|w2vv|localise]
+Writes benchmarks/research/video_flickr8k.json and .md.
 """
 
 from __future__ import annotations
@@ -53,12 +53,13 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
 from _common import record  # noqa: E402
 
+from research.papers import W2VV_VIDEO  # noqa: E402
 from vsekit.lab.data import load_dataset  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 F8K = ROOT.parent / "shared" / "data" / "flickr8k"
 CACHE = Path("~/.cache/vsekit/video-bench").expanduser()
 RUNS = ROOT / "runs" / "bench-video"
@@ -70,8 +71,6 @@ MOTIONS = {
     "pan-y": "z=1.3:x='iw/2-iw/zoom/2':y='(ih-ih/zoom)*on/{n}'",
 }
 VECTORISERS = ("bow", "trigram", "glove")
-# Dong et al. Table 5 (MSVD, Xu et al.'s partition, ResNet-152): R@1, R@10, Med r, Mean r
-PAPER_T5 = {"bow": (15.7, 41.5, 21, 171.9), "glove": (16.3, 44.8, 14, 110.2)}  # glove: w2v row
 
 
 def render(image: Path, out: Path, motion: str) -> None:
@@ -241,7 +240,7 @@ def table(res: dict) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]  # fmt: skip
     for vec, m in res.get("word2videovec", {}).items():
-        p = PAPER_T5.get(vec)
+        p = W2VV_VIDEO.get(vec)
         paper = " / ".join(str(x) for x in p) if p else "-"
         lines.append(
             f"| {vec} | {m['i2t_r1']:.1f} | {m['i2t_r5']:.1f} | {m['i2t_r10']:.1f} | "
@@ -269,7 +268,7 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=4.0, help="training budget per model")
     ap.add_argument("--stage", default="all", choices=["all", "clips", "w2vv", "localise"])
     args = ap.parse_args()
-    out_json = ROOT / "benchmarks" / "video_flickr8k.json"
+    out_json = Path(__file__).with_suffix(".json")
     res = json.loads(out_json.read_text()) if out_json.is_file() else {}
     res.pop("date", None), res.pop("machine", None)
     if args.stage in ("all", "clips"):
@@ -282,7 +281,7 @@ def main() -> None:
     res["commands"] = [c for c in res.get("commands", []) if c != cmd] + [cmd]  # each stage
     res["note"] = "clips made from Flickr8k photos (a stand-in for MSVD); no audio"
     record(out_json, res)
-    (ROOT / "benchmarks" / "video_flickr8k.md").write_text(table(res))
+    Path(__file__).with_suffix(".md").write_text(table(res))
     print(table(res))
 
 

@@ -11,8 +11,8 @@ tags_precision_vs_distractors.png, and by MAP/MiAP over the training tags.
 
 The paper's figures are COCO validation with VGG-19 and word2vec-300 features.
 
-Run: python benchmarks/tags_flickr8k.py [--epochs 10] [--threads 2]
-Writes benchmarks/tags_flickr8k.json, .md and tags_precision_vs_distractors.png.
+Run: python benchmarks/research/tags_flickr8k.py [--epochs 10] [--threads 2]
+Writes benchmarks/research/tags_flickr8k.json, .md and tags_precision_vs_distractors.png.
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
 from _common import record  # noqa: E402
 
+from research.papers import TAGS  # noqa: E402
 from vsekit.lab.tags.evaluate import evaluate_tags  # noqa: E402
 from vsekit.lab.tags.metrics import shown_tags  # noqa: E402
 from vsekit.lab.train import load_config  # noqa: E402
@@ -37,7 +38,7 @@ from vsekit.lab.train.export import calibrate_tagger  # noqa: E402
 from vsekit.lab.train.tags import load_tag_data  # noqa: E402
 from vsekit.lab.train.trainer import Trainer, load_run  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RUNS = ROOT / "runs" / "bench-tags"
 SCHEMES = {
     "nouns": ("nouns", ""),
@@ -49,18 +50,6 @@ LOSSES = {
     "SJE D(I)": ["loss.name=sje", "loss.delta=I", "loss.k_top=null"],
     "SJE D(II)": ["loss.name=sje", "loss.delta=II", "loss.k_top=null"],
     "ListSJE K=5": ["loss.name=listsje", "loss.k_top=5"],
-}
-# Paper, Tables 2-4 (COCO val): p@1 and p@5 for alpha = 0 .. 1.
-PAPER = {
-    ("SJE D(I)", "nouns"): ((46.2, 57.5, 63.3, 64.6, 57.4), (68.8, 68.1, 67.9, 67.9, 66.3)),
-    ("SJE D(I)", "syntactic"): ((41.1, 62.0, 62.6, 63.5, 57.3), (68.1, 67.9, 68.1, 67.8, 66.3)),
-    ("SJE D(I)", "compound"): ((44.4, 55.6, 61.0, 61.6, 50.2), (69.5, 69.2, 69.2, 68.7, 64.4)),
-    ("SJE D(II)", "nouns"): ((48.1, 58.5, 64.0, 65.3, 58.7), (71.6, 71.2, 70.3, 70.0, 67.5)),
-    ("SJE D(II)", "syntactic"): ((43.9, 62.6, 63.1, 63.9, 58.6), (70.6, 70.2, 70.3, 69.8, 67.5)),
-    ("SJE D(II)", "compound"): ((46.4, 56.6, 61.6, 62.4, 52.1), (72.3, 71.7, 71.2, 70.6, 65.4)),
-    ("ListSJE K=5", "nouns"): ((46.6, 56.2, 62.5, 64.2, 57.9), (74.2, 74.1, 74.2, 73.9, 69.0)),
-    ("ListSJE K=5", "syntactic"): ((42.8, 60.9, 61.7, 62.7, 58.0), (73.0, 73.2, 73.3, 73.2, 69.0)),
-    ("ListSJE K=5", "compound"): ((44.9, 53.9, 59.7, 61.2, 50.9), (74.7, 74.7, 74.6, 74.1, 66.5)),
 }
 
 
@@ -189,7 +178,7 @@ def markdown(out: dict) -> str:
     for lname in LOSSES:
         for scheme in SCHEMES:
             for mi, metric in enumerate(("p1", "p5")):
-                paper = PAPER[(lname, scheme)][mi]
+                paper = TAGS[(lname, scheme)][mi]
                 cells = []
                 for a, p in zip(ALPHAS, paper, strict=True):
                     r = grid.get(f"{scheme}|{a}|{lname}")

@@ -14,8 +14,8 @@
 Every model trains with the shared trainer under ``--minutes`` of wall clock at most
 (the best dev epoch is kept). Runs live in runs/bench-w2vv/ and are resumed or reused.
 
-Run: python benchmarks/w2vv_flickr8k.py --minutes 6 [--only bow-pool5,regression]
-Writes benchmarks/w2vv_flickr8k.json, .md and w2vv_recall_vs_length.png.
+Run: python benchmarks/research/w2vv_flickr8k.py --minutes 6 [--only bow-pool5,regression]
+Writes benchmarks/research/w2vv_flickr8k.json, .md and w2vv_recall_vs_length.png.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
 from _common import record  # noqa: E402
 
+from research.papers import REPORT_REGRESSION, W2VV_I2T, W2VV_MAP  # noqa: E402
 from vsekit.lab.data import load_dataset, tokenize  # noqa: E402
 from vsekit.lab.eval.model_eval import caption_ranks, encode_all, evaluate_model  # noqa: E402
 from vsekit.lab.eval.text_retrieval import recall_by_length, text_to_text_map  # noqa: E402
@@ -38,21 +39,10 @@ from vsekit.lab.train import load_config  # noqa: E402
 from vsekit.lab.train.retrieval_data import load_train_data  # noqa: E402
 from vsekit.lab.train.trainer import Trainer, load_run  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RUNS = ROOT / "runs" / "bench-w2vv"
 W2VV = [f"{t}-{f}" for f in ("pool5", "fne") for t in ("bow", "trigram", "glove")]
 MODELS = [*W2VV, "regression"]
-# Dong et al., Table 3 (Flickr8k test, ResNet-152 pool5 target), image-to-sentence.
-PAPER_I2T = {
-    "bow": (33.6, 62.0, 75.3, 3),
-    "trigram": (33.9, 62.0, 73.4, 3),
-    "glove": (31.9, 61.8, 75.3, 3),
-}  # fmt: skip  (their "word2vec" row for glove)
-# Dong et al., Table 4, Flickr8k mAP.
-PAPER_MAP = {"bow": 16.2, "bow-nostop": 26.3, "glove": 18.3, "glove-nostop": 31.1,
-             "w2vv-bow": 33.1, "w2vv-glove": 36.2}  # fmt: skip
-# Caption-retrieval report, Table 1 (test, 1K images, VGG fc7): R@1, R@10, mean r.
-PAPER_REG = {"plain": (10.3, 17.1, 176.1), "weight": (19.8, 65.5, 10.5)}
 LENGTH_EDGES = [8, 10, 12, 14, 17]
 
 
@@ -166,7 +156,7 @@ def markdown(out: dict) -> str:
     for name in W2VV:
         t, f = name.split("-")
         r = res.get(name)
-        p = PAPER_I2T[t] if f == "pool5" else None
+        p = W2VV_I2T[t] if f == "pool5" else None
         paper = f"{p[0]} / {p[1]} / {p[2]} / {p[3]}" if p else "-"
         if r is None:
             lines.append(f"| {t} | {f} | not run | | | {paper} |")
@@ -188,13 +178,13 @@ def markdown(out: dict) -> str:
     }
     for k, label in names.items():
         v = maps.get(k)
-        lines.append(f"| {label} | {'-' if v is None else f'{v:.1f}'} | {PAPER_MAP[k]} |")
+        lines.append(f"| {label} | {'-' if v is None else f'{v:.1f}'} | {W2VV_MAP[k]} |")
     reg = res.get("regression")
     if reg:
         lines += ["", "| regression baseline | ours (dev) t2i R@1 / R@10 / mean r | "
                   "paper (test) |", "|---|---|---|"]  # fmt: skip
         for key, m in (("plain", reg["metrics"]), ("weight", reg["weighted"])):
-            p = PAPER_REG[key]
+            p = REPORT_REGRESSION[key]
             lines.append(
                 f"| {key} | {m['t2i_r1']:.1f} / {m['t2i_r10']:.1f} / {m['t2i_meanr']:.1f} | "
                 f"{p[0]} / {p[1]} / {p[2]} |"

@@ -176,10 +176,14 @@ def starts() -> tuple[list[dict], dict[str, dict[str, float]]]:
         key = json.dumps([c["config"]["data"], c["config"]["train"]["captions"]])
         if key not in rows:
             rows[key] = epoch_rows(c["config"])
-        feature = c["row"].split("-")[0]
+        # a row's cells on its shifted input are their own group, as a probe is
+        shifted = c["recipe"]["img_norm"] == "shift"
+        features = c["config"]["data"]["features"]
+        group = f"{c['row']} on {features}" if shifted else c["row"]
+        feature = features if shifted else c["row"].split("-")[0]
         if feature not in cosines:
             cosines[feature] = input_cosines(c["config"]["data"])
-        out.append(run_start(c, rows[key]))
+        out.append({**run_start(c, rows[key]), "row": group})
     for name, (_, features) in PROBES.items():
         if not (probe_run(name) / "metrics.jsonl").is_file():
             continue  # not trained yet (--probe)

@@ -164,6 +164,14 @@ def run_start(cell: dict, rows: int, run: Path | None = None) -> dict:
     }
 
 
+def _group(cell: dict) -> str:
+    """A cell's row, or for a cell on its row's shifted input, the row "on" that input (a
+    group of its own, as a probe's is)."""
+    if cell["recipe"]["img_norm"] == "shift":
+        return f"{cell['row']} on {cell['config']['data']['features']}"
+    return cell["row"]
+
+
 def starts() -> tuple[list[dict], dict[str, dict[str, float]]]:
     """Every MOE and POE cell's start, and each feature's input cosines."""
     done = protocol.load_cells(fair.CELLS)
@@ -171,16 +179,13 @@ def starts() -> tuple[list[dict], dict[str, dict[str, float]]]:
     rows: dict[str, int] = {}
     cosines: dict[str, dict[str, float]] = {}
     out = []
-    for c in sorted(cells, key=lambda c: (c["row"], fair.Recipe.from_dict(c["recipe"]).k,
-                                          c["cell"])):  # fmt: skip
+    for group, c in sorted(((_group(c), c) for c in cells),
+                           key=lambda gc: (gc[0], fair.Recipe.from_dict(gc[1]["recipe"]).k,
+                                           gc[1]["cell"])):  # fmt: skip
         key = json.dumps([c["config"]["data"], c["config"]["train"]["captions"]])
         if key not in rows:
             rows[key] = epoch_rows(c["config"])
-        # a row's cells on its shifted input are their own group, as a probe is
-        shifted = c["recipe"]["img_norm"] == "shift"
-        features = c["config"]["data"]["features"]
-        group = f"{c['row']} on {features}" if shifted else c["row"]
-        feature = features if shifted else c["row"].split("-")[0]
+        feature = group.split(" on ")[1] if " on " in group else c["row"].split("-")[0]
         if feature not in cosines:
             cosines[feature] = input_cosines(c["config"]["data"])
         out.append({**run_start(c, rows[key]), "row": group})

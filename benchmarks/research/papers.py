@@ -24,10 +24,10 @@ TABLE2 = {
     "fne-poe": (26.2, 53.6, 65.8, 5, 19.7, 45.6, 58.4, 7),
 }
 
-# The caption-retrieval report, Table 1 (MSCOCO test set, Karpathy's split, trained on
-# 113,287 images; VGG-19): caption-to-image R@1, R@10, mean rank. Its recurrent rows, by
-# our row names; its "GRU (Vendrov et al.)" row, which it did not train, stands for random
-# word vectors.
+# The caption-retrieval report, Table 1 (MSCOCO, Karpathy's split, trained on 113,287
+# images, searched among 1K test images; VGG-19): caption-to-image R@1, R@10, mean rank.
+# Its recurrent rows, by our row names; its "GRU (Vendrov et al.)" row, which it did not
+# train, stands for random word vectors.
 REPORT_TABLE1 = {"fc7-soe": (37.0, 86.8, 7.3), "reg-lstm-glove": (35.4, 86.2, 7.5),
                  "reg-gru-random": (36.3, 85.8, 7.6)}  # fmt: skip
 # The same table's regression baseline, plain ("Baseline") and "+ Weight".
@@ -40,7 +40,9 @@ W2VV_I2T = {
     "trigram": (33.9, 62.0, 73.4, 3),
     "glove": (31.9, 61.8, 75.3, 3),
 }
-# Dong et al., Table 4: text-to-text mAP on Flickr8k.
+# Dong et al., Table 4: text-to-text mAP on Flickr8k, by the text representation (their
+# "word2vec", 500-d vectors trained on Flickr tags, stands for glove; "nostop": stop words
+# excluded from the input; "w2vv-": searched in Word2VisualVec's visual space).
 W2VV_MAP = {"bow": 16.2, "bow-nostop": 26.3, "glove": 18.3, "glove-nostop": 31.1,
             "w2vv-bow": 33.1, "w2vv-glove": 36.2}  # fmt: skip
 # Dong et al., Table 5 (MSVD, Xu et al.'s partition, ResNet-152): R@1, R@10, Med r,

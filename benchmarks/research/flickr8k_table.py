@@ -72,7 +72,7 @@ def markdown(results: dict, minutes: float) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--only", help="comma-separated keys, e.g. fne-mh,fc7-mh")
     ap.add_argument("--runs", default=str(Path.home() / ".cache/vsekit/runs/flickr8k-table"))

@@ -66,7 +66,7 @@ def train_or_load(name: str, minutes: float, threads: int | None):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=6.0)
     ap.add_argument("--threads", type=int)
     ap.add_argument("--only", help="comma-separated subset of " + ",".join(MODELS))

@@ -24,6 +24,10 @@ TABLE2 = {
     "fne-poe": (26.2, 53.6, 65.8, 5, 19.7, 45.6, 58.4, 7),
 }
 
+# Table 2's six recalls by row (annotation R@1/5/10, then retrieval; no Med r): the
+# paper's rsum is their sum
+TABLE2_RECALLS = {row: (*r[:3], *r[4:7]) for row, r in TABLE2.items()}
+
 # The caption-retrieval report, Table 1 (MSCOCO, Karpathy's split, trained on 113,287
 # images, searched among 1K test images; VGG-19): caption-to-image R@1, R@10, mean rank.
 # Its recurrent rows, by our row names; its "GRU (Vendrov et al.)" row, which it did not

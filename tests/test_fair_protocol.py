@@ -16,6 +16,7 @@ def _cell(c: fair.FairCell, slice_rsum: float, dev_rsum: float) -> dict:
     return {"cell": c.name, "protocol": "fair", "row": c.row, "recipe": c.recipe.as_dict(),
             "seed": c.seed, "slice": {"rsum": slice_rsum}, "dev": {"rsum": dev_rsum},
             "best_epoch": 9, "epochs_run": 13, "hit_cap": False, "train_seconds": 600.0,
+            "config": {"train": {"epochs": fair.EPOCH_CAP}},
             "epoch_seconds": [40.0 + c.seed] * 12 + [90.0],
             "events": [{"event": "lr decay on plateau"}, {"event": "early stop"}],
             "git_commit": "0" * 40}  # fmt: skip
@@ -517,3 +518,81 @@ def test_the_report_names_the_superseded_cells(tmp_path, monkeypatch):
     assert f"Superseded: 1 cell of this protocol ({folder}: {name})" in line
     assert "it runs again under the new one. No verdict uses it." in line
     assert "it has run again" in fair_report.superseded_lines({name: {}})[-1]
+
+
+def _capped(rec: dict, slice_rsum: float, cap: int = fair.EPOCH_CAP) -> dict:
+    """``rec`` as if the cap ``cap`` had ended it at ``slice_rsum``."""
+    return rec | {"hit_cap": True, "epochs_run": cap, "best_epoch": cap - 1,
+                  "slice": {"rsum": slice_rsum}, "config": {"train": {"epochs": cap}},
+                  "events": [{"event": "lr decay on plateau"}]}  # fmt: skip
+
+
+def test_a_run_the_cap_stopped_after_its_start_is_listed_again_and_not_yet_read():
+    done, _ = _run_grid(_peaked(-6), ("fc7-mh",))
+    pick = fair.chosen("fc7-mh", done)
+    assert pick is not None
+    name = fair.FairCell("fc7-mh", pick, 0).name
+    # the row's chosen cell, had the cap ended it: the search waits for it to run on
+    capped = done | {name: _capped(done[name], 400.0)}
+    assert fair.runs_on(capped[name])
+    assert fair.chosen("fc7-mh", capped) is None
+    assert [c.name for c in fair.pending(capped) if c.row == "fc7-mh"] == [name]
+    # once it has run on to the higher cap, it is read, whatever ended it
+    extended = done | {name: _capped(done[name], 400.0, fair.EXTENDED_CAP)}
+    assert not fair.runs_on(extended[name])
+    assert fair.chosen("fc7-mh", extended) == pick
+    assert not [c for c in fair.pending(extended) if c.row == "fc7-mh"]
+    # a run still at its start keeps the first cap (its grid grows below it instead)
+    still = done | {name: _capped(done[name], fair.STARTED_SLICE - 1)}
+    assert not fair.runs_on(still[name])
+    assert name not in {c.name for c in fair.pending(still)}
+    # and so do the instability runs, which count starts within the first cap
+    inst = {"cell": "fair-inst-moe-fc7-bl-s0", "family": "moe", "hit_cap": True,
+            "slice": {"rsum": 300.0}, "config": {"train": {"epochs": fair.EPOCH_CAP}}}  # fmt: skip
+    assert not fair.runs_on(inst)
+
+
+def test_the_runner_resumes_a_run_the_cap_stopped_with_the_higher_cap(tmp_path, monkeypatch):
+    import json
+
+    from research import runner
+
+    cell = fair.FairCell("fne-moe", fair.Recipe(-7, "shift", 0.5), 0)
+    run = tmp_path / cell.name
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"config": {"resolved": True}}))
+    (run / "best.json").write_text(json.dumps({"epoch": 70}))
+    (run / "done.json").write_text("{}")
+    before = _capped(_cell(cell, 0.0, 270.8), 349.6) | {"git_commit": "a" * 40}
+    given, written = {}, {}
+    monkeypatch.setattr(runner, "RUNS", tmp_path)
+    monkeypatch.setattr(runner, "load_cells", lambda folder: {cell.name: before})
+
+    def train_run(r, cfg, sets, root, collapsed_ok, pass_fds=()):
+        given.update(sets=sets, done=(r / "done.json").is_file())
+
+    monkeypatch.setattr(runner, "train_run", train_run)
+    epochs = [{"epoch": e, "seconds": 60.0 * (e + 1), "phase": "max"} for e in range(77)]
+    monkeypatch.setattr(runner, "run_log", lambda r: (epochs, [{"event": "early stop"}], 4620.0))
+    scores = {"slice": {"rsum": 352.0}, "dev": {"rsum": 272.0}}
+    monkeypatch.setattr(runner.scoring, "score", lambda c, r: scores)
+    monkeypatch.setattr(runner, "write_cell", lambda folder, name, rec: written.update(rec))
+    monkeypatch.setattr(runner, "git_commit", lambda: "b" * 40)
+    monkeypatch.setattr(runner, "machine", lambda: {"cpu": "test"})
+    monkeypatch.setattr(runner, "store_digest", lambda: {"fne.i8": "c" * 64})
+    rec = runner.run_fair_cell(cell)
+    assert f"train.epochs={fair.EXTENDED_CAP}" in given["sets"]
+    assert f"train.epochs={fair.EPOCH_CAP}" not in given["sets"]
+    assert given["done"] is False  # its finished mark is gone, so the trainer resumes it
+    assert written == rec and rec["epochs_run"] == 77 and not rec["hit_cap"]
+    assert rec["extended_from"] == {"epochs_run": fair.EPOCH_CAP, "best_epoch": 59,
+                                    "git_commit": "a" * 40, "train_seconds": 600.0,
+                                    "slice_rsum": 349.6, "dev_rsum": 270.8}  # fmt: skip
+    # a recorded cell that does not run on is trained as listed, with the first cap
+    monkeypatch.setattr(
+        runner, "load_cells", lambda folder: {cell.name: before | {"hit_cap": False}}
+    )
+    (run / "done.json").write_text("{}")
+    rec = runner.run_fair_cell(cell)
+    assert f"train.epochs={fair.EPOCH_CAP}" in given["sets"] and given["done"] is True
+    assert "extended_from" not in rec and not rec["hit_cap"]

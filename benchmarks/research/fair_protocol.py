@@ -185,6 +185,28 @@ FNE-MOE's stage 1 gain a grid. The probe's run of the ternary FNE-MOE at lr 1e-3
 ``fne[shift=1]`` had the settings of that grid's first cell to the key, so it became that
 cell (``fair-fne-moe-lr0.001-nshift-d0-m1-s0``): its run folder was renamed and the runner
 resumed it, and its record names the commit it finished with.
+
+**A run the cap stopped runs on** (added on 2026-11-28, after FNE-MOE's stage-2 cell at
+dropout 0.5, the row's best so far, reached the cap at slice rsum 349.6 with its best
+epoch the 59th of 60; before any FNE-MOE margin cell or any POE cell was recorded). The
+cap was meant never to bind a chosen run, and a search that compares a run the cap cut
+short with runs that converged favours whatever converges sooner (here less dropout). From
+this amendment a Table 2 cell whose run reached ``EPOCH_CAP`` before its stopping rule
+ended it (``hit_cap``), after leaving its start (slice rsum at least ``STARTED_SLICE``),
+is not yet a result (``runs_on``): the search does not read it, and the grid lists it
+again; the runner resumes it from its last epoch (from its start where its run folder is
+on another machine) with the cap at ``EXTENDED_CAP``, under the same stopping rule, and
+records it again, with what it had at the first cap (``extended_from``). A cell that
+reaches ``EXTENDED_CAP`` is recorded as ``hit_cap`` and kept, and the report names it, as
+before. Runs that never left their start keep the first cap: the learning-rate grid grows
+below them instead (the amendment of 2026-11-27), and the instability runs count starts
+within ``EPOCH_CAP`` as declared. The recorded cells it lists again: FNE-MOE on the shifted
+input at dropout 0.5 (349.6), the centred FNE-MOE cells at lr 1e-5 (32.2; LayerNorm
+35.2), FC7-MOE at lr 1e-3 with dropout 0.5 (350.6, against its chosen 355.5) and at lr
+3.2e-3 (234.5; dropout 0.2 73.0), and two cells from the AMD machine whose runs are not
+here and train again from their start: FC7-MH at lr 1e-4 with dropout 0.5 (358.8, against
+its chosen 376.7) and FNE-MH at lr 1e-2 (210.4, against 355.8). A row whose choice an
+extended cell changes runs its seeds again at the new recipe.
 """
 
 from __future__ import annotations
@@ -215,6 +237,7 @@ PLATEAU_DECAYS = 1
 # inversely proportional to the images searched, so twice as high
 STARTED_SLICE = 20.0
 EPOCH_CAP = 60
+EXTENDED_CAP = 2 * EPOCH_CAP  # for a run the cap stopped (the amendment above)
 SEEDS = (0, 1, 2)
 MOE_SEEDS = (0, 1, 2, 3, 4)
 FIRST = ("fne-sh", "fc7-sh", "fnef-sh")  # searched first (see Order)
@@ -391,6 +414,18 @@ def left_start(slice_rsum: float) -> bool:
     return slice_rsum >= STARTED_SLICE
 
 
+def runs_on(rec: dict) -> bool:
+    """Whether a recorded Table 2 cell is to be resumed with the cap at ``EXTENDED_CAP``:
+    the cap, not its stopping rule, ended it, after it left its start (the amendment of
+    2026-11-28, "A run the cap stopped runs on")."""
+    return (
+        "recipe" in rec  # not an instability run
+        and rec["hit_cap"]
+        and rec["config"]["train"]["epochs"] < EXTENDED_CAP
+        and left_start(float(rec["slice"]["rsum"]))
+    )
+
+
 def _best(cands: list[Recipe], score: Score) -> Recipe:
     return max(enumerate(cands), key=lambda ic: (score(ic[1]), -ic[0]))[1]
 
@@ -457,7 +492,7 @@ def seeds(row: str) -> tuple[int, ...]:
 def slice_score(done: dict[str, dict], row: str) -> Score:
     def score(r: Recipe) -> float | None:
         c = done.get(FairCell(row, r, 0).name)
-        return None if c is None else float(c["slice"]["rsum"])
+        return None if c is None or runs_on(c) else float(c["slice"]["rsum"])
 
     return score
 
@@ -470,7 +505,7 @@ def chosen(row: str, done: dict[str, dict]) -> Recipe | None:
 def pending(done: dict[str, dict]) -> list[FairCell | InstCell]:
     """The cells that can run now, in order: FIRST's searches, then FIRST's seeds, then
     each other row's search and then its seeds, in Table 2's order; then the instability
-    count's runs."""
+    count's runs. A recorded cell that ``runs_on`` is listed again, where it falls."""
     found = {row: search(row, slice_score(done, row)) for row in rows()}
     # FIRST's searches side by side, the middle learning rate first: the first cells
     # compare the three features (and the FNE's normalisations) at once
@@ -485,4 +520,4 @@ def pending(done: dict[str, dict]) -> list[FairCell | InstCell]:
             out += [FairCell(row, pick, s) for s in seeds(row) if s]
     if len(out) > 1:  # FIRST's seeds before any other row's cells
         out.sort(key=lambda c: c.row not in FIRST)
-    return [c for c in [*out, *inst_cells()] if c.name not in done]
+    return [c for c in [*out, *inst_cells()] if c.name not in done or runs_on(done[c.name])]

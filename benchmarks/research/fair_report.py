@@ -308,7 +308,8 @@ def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list
              "its learning rate until the best is inside the grid (for the FNE rows per input "
              "normalisation), then dropout and margin, then the learning rate again, on the "
              "slice at seed 0; every run stops early on the slice (reduce on plateau, then "
-             f"stop; cap {fair.EPOCH_CAP} epochs). Rows appear in the order the grid runs "
+             f"stop; cap {fair.EPOCH_CAP} epochs, and a run the cap stopped after it left "
+             f"its start runs on to {fair.EXTENDED_CAP}). Rows appear in the order the grid runs "
              "them; a row's figures are its chosen recipe's, once its search is over.", "",
              "A row's cost is read from its fastest epoch over all its cells (one core; "
              "each epoch is timed, but two runners share the machine's two cores and other "
@@ -374,6 +375,10 @@ def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list
         events = [e["event"] for e in c["events"]]
         ended = ("the cap" if c["hit_cap"] else "early stop" if "early stop" in events
                  else "—")  # fmt: skip
+        if "extended_from" in c:  # it ran on from the first cap
+            ended += f" (ran on from {c['extended_from']['epochs_run']})"
+        elif fair.runs_on(c):
+            ended += f" (runs on to {fair.EXTENDED_CAP})"
         dev = c["dev_last" if "family" in c else "dev"]["rsum"]
         lines.append(f"| {name} | {c['slice']['rsum']:.1f} | {dev:.1f} | "
                      f"{c['best_epoch']} / {c['epochs_run']} | "

@@ -3,8 +3,10 @@ kill, and each cell recorded whole.
 
 A cell is one ``vse train`` run in ``RUNS/<cell>`` (under ``~/.cache/vsekit``, never in
 the repository), scored on the selection slice and on dev, and recorded as one JSON file
-(a temporary file, then a rename). A recorded cell is never re-run; a killed run resumes
-from its last epoch, since its run folder holds its checkpoints. Several runners may share
+(a temporary file, then a rename). A recorded cell is not run again, unless its protocol
+lists it again (the fair protocol's ``runs_on``: a run the cap stopped resumes with a
+higher cap, and its record is replaced); a killed run resumes from its last epoch, since
+its run folder holds its checkpoints. Several runners may share
 a grid (one per core): each takes a cell by an exclusive ``flock`` on
 ``RUNS/<cell>.lock``, which the kernel drops when the runner and its trainer (which dies
 with the runner and inherits the lock) have both exited.
@@ -175,7 +177,14 @@ def run_fair_cell(cell: fair.FairCell | fair.InstCell) -> dict:
     store = store_digest()  # the store as training reads it (once per runner: ~1 s a GB)
     t0 = time.perf_counter()
     margin = yaml.safe_load((ROOT / cell.config).read_text())["loss"]["margin"]
-    sets = [f"{k}={yaml_value(v)}" for k, v in cell.settings(STORE, float(margin)).items()]
+    settings = cell.settings(STORE, float(margin))
+    before = load_cells(FAIR_CELLS).get(cell.name)
+    if before is not None and not fair.runs_on(before):
+        before = None  # (only a cell its protocol lists again is run again)
+    if before is not None:  # the cap stopped it: it runs on
+        settings["train.epochs"] = fair.EXTENDED_CAP
+        (run / "done.json").unlink(missing_ok=True)  # resumed from its last epoch
+    sets = [f"{k}={yaml_value(v)}" for k, v in settings.items()]
     # the code the training imports now, not HEAD once it ends (a resumed run's earlier
     # part may have trained with an earlier commit)
     commit = git_commit()
@@ -208,11 +217,15 @@ def run_fair_cell(cell: fair.FairCell | fair.InstCell) -> dict:
         "epochs_run": len(epochs),
         "best_epoch": best.get("epoch"),
         "events": events,
-        "hit_cap": len(epochs) >= fair.EPOCH_CAP
+        "hit_cap": len(epochs) >= settings["train.epochs"]
         and not any(e["event"] == "early stop" for e in events),
         "phases": phases(epochs),
         **scores,
     }
+    if before is not None:  # what it had when the first cap stopped it
+        record["extended_from"] = {
+            k: before[k] for k in ("epochs_run", "best_epoch", "git_commit", "train_seconds")
+        } | {"slice_rsum": before["slice"]["rsum"], "dev_rsum": before["dev"]["rsum"]}
     record["started"] = families.started(record)
     write_cell(FAIR_CELLS, cell.name, record)
     return record
@@ -341,7 +354,7 @@ def run_grid(
         if cell is None:
             break
         try:
-            if (folder / f"{cell.name}.json").is_file():
+            if cell.name not in {c.name for c in pending(load_cells(folder))}:
                 continue  # another runner recorded it between the listing and the lock
             print(f"{dt.datetime.now():%Y-%m-%d %H:%M} {cell.name}: training", flush=True)
             rec = run_one(cell)

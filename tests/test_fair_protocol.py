@@ -560,39 +560,128 @@ def test_the_runner_resumes_a_run_the_cap_stopped_with_the_higher_cap(tmp_path, 
     cell = fair.FairCell("fne-moe", fair.Recipe(-7, "shift", 0.5), 0)
     run = tmp_path / cell.name
     run.mkdir()
-    (run / "config.json").write_text(json.dumps({"config": {"resolved": True}}))
-    (run / "best.json").write_text(json.dumps({"epoch": 70}))
-    (run / "done.json").write_text("{}")
-    before = _capped(_cell(cell, 0.0, 270.8), 349.6) | {"git_commit": "a" * 40}
+    before = _capped(_cell(cell, 0.0, 270.8), 349.6) | {
+        "git_commit": "a" * 40, "machine": {"cpu": "first"}}  # fmt: skip
+    log = {"epochs": [], "events": []}  # what the run folder holds
     given, written = {}, {}
+
+    def first_run(cap: int = fair.EPOCH_CAP) -> None:
+        """The run folder as the first cap left it (a resumed run's config.json keeps it)."""
+        (run / "config.json").write_text(json.dumps({"config": {"train": {"epochs": cap}}}))
+        (run / "best.json").write_text(json.dumps({"epoch": 59}))
+        (run / "done.json").write_text("{}")
+        log.update(epochs=[{"epoch": e, "seconds": 60.0 * (e + 1), "phase": "max"}
+                           for e in range(fair.EPOCH_CAP)], events=[])  # fmt: skip
+
+    def trains_to(n: int, early_stop: bool):
+        def train_run(r, cfg, sets, root, collapsed_ok, pass_fds=()):
+            given.update(sets=sets, done=(r / "done.json").is_file())
+            log["epochs"] = [{"epoch": e, "seconds": 60.0 * (e + 1), "phase": "max"}
+                             for e in range(n)]  # fmt: skip
+            log["events"] = [{"event": "early stop"}] if early_stop else []
+            (r / "done.json").write_text("{}")
+
+        return train_run
+
     monkeypatch.setattr(runner, "RUNS", tmp_path)
     monkeypatch.setattr(runner, "load_cells", lambda folder: {cell.name: before})
-
-    def train_run(r, cfg, sets, root, collapsed_ok, pass_fds=()):
-        given.update(sets=sets, done=(r / "done.json").is_file())
-
-    monkeypatch.setattr(runner, "train_run", train_run)
-    epochs = [{"epoch": e, "seconds": 60.0 * (e + 1), "phase": "max"} for e in range(77)]
-    monkeypatch.setattr(runner, "run_log", lambda r: (epochs, [{"event": "early stop"}], 4620.0))
+    monkeypatch.setattr(runner, "run_log", lambda r: (log["epochs"], log["events"], 4620.0))
     scores = {"slice": {"rsum": 352.0}, "dev": {"rsum": 272.0}}
     monkeypatch.setattr(runner.scoring, "score", lambda c, r: scores)
     monkeypatch.setattr(runner, "write_cell", lambda folder, name, rec: written.update(rec))
     monkeypatch.setattr(runner, "git_commit", lambda: "b" * 40)
     monkeypatch.setattr(runner, "machine", lambda: {"cpu": "test"})
     monkeypatch.setattr(runner, "store_digest", lambda: {"fne.i8": "c" * 64})
+
+    # resumed, then stopped by its rule at 77 epochs
+    first_run()
+    monkeypatch.setattr(runner, "train_run", trains_to(77, early_stop=True))
     rec = runner.run_fair_cell(cell)
     assert f"train.epochs={fair.EXTENDED_CAP}" in given["sets"]
     assert f"train.epochs={fair.EPOCH_CAP}" not in given["sets"]
     assert given["done"] is False  # its finished mark is gone, so the trainer resumes it
     assert written == rec and rec["epochs_run"] == 77 and not rec["hit_cap"]
+    assert rec["config"]["train"]["epochs"] == fair.EXTENDED_CAP  # the cap it ran under
     assert rec["extended_from"] == {"epochs_run": fair.EPOCH_CAP, "best_epoch": 59,
                                     "git_commit": "a" * 40, "train_seconds": 600.0,
-                                    "slice_rsum": 349.6, "dev_rsum": 270.8}  # fmt: skip
+                                    "machine": {"cpu": "first"}, "slice_rsum": 349.6,
+                                    "dev_rsum": 270.8, "resumed": True}  # fmt: skip
+    assert not fair.runs_on(rec)
+    # resumed, and the higher cap ended it too: kept as hit_cap, not run on again
+    first_run()
+    monkeypatch.setattr(runner, "train_run", trains_to(fair.EXTENDED_CAP, early_stop=False))
+    rec = runner.run_fair_cell(cell)
+    assert rec["hit_cap"] and not fair.runs_on(rec)
+    # a kill after the longer run finished but before its record: it is not resumed again
+    first_run()
+    log["epochs"] = log["epochs"] + [{"epoch": 60, "seconds": 3660.0, "phase": "max"}]
+    monkeypatch.setattr(runner, "train_run", trains_to(61, early_stop=True))
+    runner.run_fair_cell(cell)
+    assert given["done"] is True
+    # its run folder was on another machine: it trained again from its start, cap 120
+    for f in ("config.json", "best.json", "done.json"):
+        (run / f).unlink()
+
+    def fresh(r, cfg, sets, root, collapsed_ok, pass_fds=()):
+        trains_to(48, early_stop=True)(r, cfg, sets, root, collapsed_ok)
+        (r / "config.json").write_text(json.dumps({"config": {"train": {"epochs": 120}}}))
+        (r / "best.json").write_text(json.dumps({"epoch": 41}))
+
+    monkeypatch.setattr(runner, "train_run", fresh)
+    rec = runner.run_fair_cell(cell)
+    assert rec["extended_from"]["resumed"] is False and rec["best_epoch"] == 41
+    assert f"train.epochs={fair.EXTENDED_CAP}" in given["sets"]
     # a recorded cell that does not run on is trained as listed, with the first cap
-    monkeypatch.setattr(
-        runner, "load_cells", lambda folder: {cell.name: before | {"hit_cap": False}}
-    )
-    (run / "done.json").write_text("{}")
+    monkeypatch.setattr(runner, "load_cells", lambda f: {cell.name: before | {"hit_cap": False}})
+    first_run()
+    monkeypatch.setattr(runner, "train_run", trains_to(13, early_stop=True))
     rec = runner.run_fair_cell(cell)
     assert f"train.epochs={fair.EPOCH_CAP}" in given["sets"] and given["done"] is True
-    assert "extended_from" not in rec and not rec["hit_cap"]
+    assert "extended_from" not in rec and rec["config"]["train"]["epochs"] == fair.EPOCH_CAP
+
+
+def test_run_grid_runs_a_recorded_cell_its_protocol_lists_again(monkeypatch):
+    from types import SimpleNamespace
+
+    from research import runner
+
+    done = {"fair-fc7-mh-a": {"runs_on": True}}  # recorded, and listed again
+    cells = [SimpleNamespace(name="fair-fc7-mh-a")]
+    ran: list[str] = []
+    monkeypatch.setattr(runner, "load_cells", lambda folder: dict(done))
+    monkeypatch.setattr(runner, "claim", lambda name: True)
+    monkeypatch.setattr(runner, "release", lambda name: None)
+
+    def run_one(c):
+        ran.append(c.name)
+        done[c.name] = {"runs_on": False}
+        return {"cell": c.name, "slice": {"rsum": 1.0}, "dev": {"rsum": 1.0}, "wall_seconds": 1.0}
+
+    def pending(d):
+        return [c for c in cells if c.name not in d or d[c.name]["runs_on"]]
+
+    ticks = iter(range(10_000))  # a second a look, so that a runner that skips it ends
+    monkeypatch.setattr(runner, "time", SimpleNamespace(monotonic=lambda: float(next(ticks))))
+    runner.run_grid(pending, run_one, Path("/nonexistent"), stop_after=1)
+    assert ran == ["fair-fc7-mh-a"]
+
+
+def test_a_seed_the_cap_stopped_is_not_yet_a_result_and_the_report_names_each_case():
+    done, _ = _run_grid(_peaked(-6), ("fc7-sh",))
+    pick = fair.chosen("fc7-sh", done)
+    seed1 = fair.FairCell("fc7-sh", pick, 1).name
+    capped = done | {seed1: _capped(done[seed1], 300.0)}
+    assert [c["seed"] for c in fair_report.row_cells("fc7-sh", pick, capped)] == [0, 2]
+    assert seed1 in {c.name for c in fair.pending(capped)}
+    text = "\n".join(fair_report.section(capped))
+    assert (
+        f"| {seed1} | 300.0 |" in text and f"| the cap (runs on to {fair.EXTENDED_CAP}) |" in text
+    )
+    ext = {"epochs_run": fair.EPOCH_CAP, "resumed": True}
+    ran_on = done | {seed1: done[seed1] | {"extended_from": ext}}
+    assert f"| early stop (ran on from {fair.EPOCH_CAP}) |" in "\n".join(
+        fair_report.section(ran_on)
+    )
+    again = done | {seed1: done[seed1] | {"extended_from": ext | {"resumed": False}}}
+    text = "\n".join(fair_report.section(again))
+    assert f"| early stop (ran again, cap {fair.EXTENDED_CAP}) |" in text

@@ -190,23 +190,30 @@ resumed it, and its record names the commit it finished with.
 dropout 0.5, the row's best so far, reached the cap at slice rsum 349.6 with its best
 epoch the 59th of 60; before any FNE-MOE margin cell or any POE cell was recorded). The
 cap was meant never to bind a chosen run, and a search that compares a run the cap cut
-short with runs that converged favours whatever converges sooner (here less dropout). From
-this amendment a Table 2 cell whose run reached ``EPOCH_CAP`` before its stopping rule
-ended it (``hit_cap``), after leaving its start (slice rsum at least ``STARTED_SLICE``),
-is not yet a result (``runs_on``): the search does not read it, and the grid lists it
-again; the runner resumes it from its last epoch (from its start where its run folder is
-on another machine) with the cap at ``EXTENDED_CAP``, under the same stopping rule, and
-records it again, with what it had at the first cap (``extended_from``). A cell that
-reaches ``EXTENDED_CAP`` is recorded as ``hit_cap`` and kept, and the report names it, as
-before. Runs that never left their start keep the first cap: the learning-rate grid grows
-below them instead (the amendment of 2026-11-27), and the instability runs count starts
-within ``EPOCH_CAP`` as declared. The recorded cells it lists again: FNE-MOE on the shifted
-input at dropout 0.5 (349.6), the centred FNE-MOE cells at lr 1e-5 (32.2; LayerNorm
-35.2), FC7-MOE at lr 1e-3 with dropout 0.5 (350.6, against its chosen 355.5) and at lr
-3.2e-3 (234.5; dropout 0.2 73.0), and two cells from the AMD machine whose runs are not
-here and train again from their start: FC7-MH at lr 1e-4 with dropout 0.5 (358.8, against
-its chosen 376.7) and FNE-MH at lr 1e-2 (210.4, against 355.8). A row whose choice an
-extended cell changes runs its seeds again at the new recipe.
+short with runs that converged favours, in general, whatever converges sooner (less
+dropout, a faster rate). From this amendment a Table 2 cell whose run reached
+``EPOCH_CAP`` before its stopping rule ended it (``hit_cap``), after leaving its start
+(slice rsum at least ``STARTED_SLICE``), is not yet a result (``runs_on``): the search
+does not read it, and the grid lists it again when the search reaches it (a row's stage
+reads only its own candidates), and the report leaves it out of a row's seeds. The runner
+resumes it from its last epoch with the cap at ``EXTENDED_CAP``, under the same stopping
+rule, and records it again with that cap in its ``config`` and what it had at the first
+cap (``extended_from``); where its run folder is on another machine, it trains again
+from its start at the higher cap, and ``extended_from`` says so (``resumed``: false) and
+names the first run's machine. A cell is extended once: one that reaches
+``EXTENDED_CAP`` is recorded as ``hit_cap`` and kept, and the report names it, as before.
+Runs that never left their start keep the first cap (the learning-rate grid grows below
+them instead, by the amendment of 2026-11-27), and the instability runs count starts
+within ``EPOCH_CAP`` as declared. The recorded cells it makes runs-on, each against what
+it competes with in its stage (slice rsum): FNE-MOE on the shifted input at dropout 0.5
+(349.6; stage 2, against dropout 0.2's 331.1), the centred FNE-MOE cells at lr 1e-5
+(32.2, and 35.2 with the LayerNorm; stage 1), FC7-MOE at lr 3.2e-3 (234.5; stage 1,
+against lr 1e-3's 349.7), at lr 1e-3 with dropout 0.5 (350.6; stage 2, against dropout
+0.2's 355.5) and at lr 3.2e-3 with dropout 0.2 (73.0; stage 4), and two cells from the AMD
+machine whose runs are not here and train again from their start: FC7-MH at lr 1e-4 with
+dropout 0.5 (358.8; stage 4, against lr 3.2e-4's 376.7) and FNE-MH at lr 1e-2 (210.4;
+stage 1, against lr 3.2e-3's 323.2). Where a longer run changes a stage's choice, the
+search goes on from that stage, and the seeds run at the recipe it then chooses.
 """
 
 from __future__ import annotations
@@ -421,6 +428,7 @@ def runs_on(rec: dict) -> bool:
     return (
         "recipe" in rec  # not an instability run
         and rec["hit_cap"]
+        and "extended_from" not in rec  # once
         and rec["config"]["train"]["epochs"] < EXTENDED_CAP
         and left_start(float(rec["slice"]["rsum"]))
     )

@@ -41,8 +41,10 @@ def lr_inside(row: str, pick: fair.Recipe, done: dict[str, dict]) -> str:
 
 
 def row_cells(row: str, pick: fair.Recipe, done: dict[str, dict]) -> list[dict]:
+    """The recorded seeds of ``row`` at ``pick``, but a seed the cap stopped, which is to
+    run on (``fair.runs_on``): not yet a result."""
     names = [fair.FairCell(row, pick, s).name for s in fair.seeds(row)]
-    return [done[n] for n in names if n in done]
+    return [done[n] for n in names if n in done and not fair.runs_on(done[n])]
 
 
 def seed_rsums(row: str, done: dict[str, dict]) -> dict[int, float]:
@@ -375,8 +377,10 @@ def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list
         events = [e["event"] for e in c["events"]]
         ended = ("the cap" if c["hit_cap"] else "early stop" if "early stop" in events
                  else "—")  # fmt: skip
-        if "extended_from" in c:  # it ran on from the first cap
-            ended += f" (ran on from {c['extended_from']['epochs_run']})"
+        if "extended_from" in c:  # it ran on from the first cap, or again from its start
+            ext = c["extended_from"]
+            ended += (f" (ran on from {ext['epochs_run']})" if ext["resumed"]
+                      else f" (ran again, cap {fair.EXTENDED_CAP})")  # fmt: skip
         elif fair.runs_on(c):
             ended += f" (runs on to {fair.EXTENDED_CAP})"
         dev = c["dev_last" if "family" in c else "dev"]["rsum"]

@@ -160,6 +160,15 @@ def ensure_fair_store() -> None:
     ensure_store(DataConfig(store=STORE, crops=2, features="fne"), load_dataset(F8K))
 
 
+def at_first_cap(run: Path, before: dict) -> bool:
+    """Whether ``run`` is still the run ``before`` recorded, ended by the first cap: its
+    folder's config names that cap, and it holds as many epochs as ``before`` ran."""
+    if not (run / "done.json").is_file():
+        return False
+    cap = json.loads((run / "config.json").read_text())["config"]["train"]["epochs"]
+    return cap < fair.EXTENDED_CAP and len(run_log(run)[0]) == before["epochs_run"]
+
+
 def yaml_value(v: object) -> str:
     """A ``--set`` value in the config's YAML."""
     if v is None:
@@ -183,7 +192,8 @@ def run_fair_cell(cell: fair.FairCell | fair.InstCell) -> dict:
         before = None  # (only a cell its protocol lists again is run again)
     if before is not None:  # the cap stopped it: it runs on
         settings["train.epochs"] = fair.EXTENDED_CAP
-        (run / "done.json").unlink(missing_ok=True)  # resumed from its last epoch
+        if at_first_cap(run, before):  # not if a kill came after its extension finished
+            (run / "done.json").unlink()  # so the trainer resumes it from its last epoch
     sets = [f"{k}={yaml_value(v)}" for k, v in settings.items()]
     # the code the training imports now, not HEAD once it ends (a resumed run's earlier
     # part may have trained with an earlier commit)
@@ -193,6 +203,9 @@ def run_fair_cell(cell: fair.FairCell | fair.InstCell) -> dict:
     meta = json.loads((run / "config.json").read_text())
     scores = scoring.score(cell, run)  # slice and dev at the slice's best epoch
     best = json.loads((run / "best.json").read_text()) if (run / "best.json").is_file() else {}
+    config = meta["config"]  # the effective configuration the run trained with
+    if before is not None:  # a resumed run's config.json still names its first cap
+        config = {**config, "train": {**config["train"], "epochs": settings["train.epochs"]}}
     record = {
         "cell": cell.name,
         "protocol": "fair",
@@ -204,7 +217,7 @@ def run_fair_cell(cell: fair.FairCell | fair.InstCell) -> dict:
         ),
         "seed": cell.seed,
         "config_file": cell.config,
-        "config": meta["config"],  # the effective configuration the run trained with
+        "config": config,
         "date": dt.date.today().isoformat(),
         "git_commit": commit,
         "machine": machine(),
@@ -223,9 +236,14 @@ def run_fair_cell(cell: fair.FairCell | fair.InstCell) -> dict:
         **scores,
     }
     if before is not None:  # what it had when the first cap stopped it
-        record["extended_from"] = {
-            k: before[k] for k in ("epochs_run", "best_epoch", "git_commit", "train_seconds")
-        } | {"slice_rsum": before["slice"]["rsum"], "dev_rsum": before["dev"]["rsum"]}
+        keep = ("epochs_run", "best_epoch", "git_commit", "train_seconds", "machine")
+        record["extended_from"] = {k: before[k] for k in keep if k in before} | {
+            "slice_rsum": before["slice"]["rsum"],
+            "dev_rsum": before["dev"]["rsum"],
+            # false: its run folder was elsewhere, and it trained again from its start
+            # (its train_seconds are then the new run's alone)
+            "resumed": meta["config"]["train"]["epochs"] < fair.EXTENDED_CAP,
+        }
     record["started"] = families.started(record)
     write_cell(FAIR_CELLS, cell.name, record)
     return record

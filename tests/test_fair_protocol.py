@@ -357,7 +357,8 @@ def test_an_instability_run_is_recorded_with_its_family_and_judged_on_its_last_m
         head["now"] = "b" * 40  # a commit lands while the run trains
 
     monkeypatch.setattr(runner, "train_run", train_run)
-    epochs = [{"epoch": e, "seconds": 30.0 * (e + 1), "phase": "sum" if e < 3 else "max"}
+    epochs = [{"epoch": e, "seconds": 30.0 * (e + 1), "phase": "sum" if e < 3 else "max",
+               "loss": 20.0 - e / 3, "rsum": 4.0 * e + 0.001}
               for e in range(9)]  # fmt: skip
     monkeypatch.setattr(runner, "run_log", lambda r: (epochs, [{"event": "early stop"}], 270.0))
     scores = {"slice": {"rsum": 40.0}, "dev": {"rsum": 35.0}, "dev_last": {"rsum": 4.0}}
@@ -376,6 +377,9 @@ def test_an_instability_run_is_recorded_with_its_family_and_judged_on_its_last_m
     assert rec["setting"] == {"lr": 2e-4, "margin": 0.2, "abs": True}
     assert rec["phases"] == {"sum": 3, "max": 6} and rec["epoch_seconds"] == [30.0] * 9
     assert rec["config"] == {"resolved": True} and rec["best_epoch"] == 4
+    assert rec["curve"] == {"epoch": list(range(9)), "phase": ["sum"] * 3 + ["max"] * 6,
+                            "loss": [round(20.0 - e / 3, 4) for e in range(9)],
+                            "rsum": [4.0 * e for e in range(9)]}  # fmt: skip
     assert rec["git_commit"] == "a" * 40  # the code the training ran, not HEAD at its end
     assert rec["store_sha256"] == {"fne.i8": "c" * 64}
     # judged on the last model (dev rsum 4), not the best epoch's 35: it did not start
@@ -565,19 +569,20 @@ def test_the_runner_resumes_a_run_the_cap_stopped_with_the_higher_cap(tmp_path, 
     log = {"epochs": [], "events": []}  # what the run folder holds
     given, written = {}, {}
 
+    def epoch(e: int) -> dict:  # one line of the trainer's metrics.jsonl
+        return {"epoch": e, "seconds": 60.0 * (e + 1), "phase": "max", "loss": 9.0, "rsum": 1.0}
+
     def first_run(cap: int = fair.EPOCH_CAP) -> None:
         """The run folder as the first cap left it (a resumed run's config.json keeps it)."""
         (run / "config.json").write_text(json.dumps({"config": {"train": {"epochs": cap}}}))
         (run / "best.json").write_text(json.dumps({"epoch": 59}))
         (run / "done.json").write_text("{}")
-        log.update(epochs=[{"epoch": e, "seconds": 60.0 * (e + 1), "phase": "max"}
-                           for e in range(fair.EPOCH_CAP)], events=[])  # fmt: skip
+        log.update(epochs=[epoch(e) for e in range(fair.EPOCH_CAP)], events=[])
 
     def trains_to(n: int, early_stop: bool):
         def train_run(r, cfg, sets, root, collapsed_ok, pass_fds=()):
             given.update(sets=sets, done=(r / "done.json").is_file())
-            log["epochs"] = [{"epoch": e, "seconds": 60.0 * (e + 1), "phase": "max"}
-                             for e in range(n)]  # fmt: skip
+            log["epochs"] = [epoch(e) for e in range(n)]
             log["events"] = [{"event": "early stop"}] if early_stop else []
             (r / "done.json").write_text("{}")
 
@@ -685,3 +690,56 @@ def test_a_seed_the_cap_stopped_is_not_yet_a_result_and_the_report_names_each_ca
     again = done | {seed1: done[seed1] | {"extended_from": ext | {"resumed": False}}}
     text = "\n".join(fair_report.section(again))
     assert f"| early stop (ran again, cap {fair.EXTENDED_CAP}) |" in text
+
+
+def test_a_cell_without_a_curve_gets_one_from_its_run_or_the_recorded_starts(tmp_path, monkeypatch):
+    """``claims.py --add-curves``: from the run folder where its epochs are the record's,
+    else from moe_start.json's curve where it holds all of them; otherwise left alone."""
+    import json
+
+    from research import runner
+
+    runs, written = tmp_path / "runs", {}
+    monkeypatch.setattr(runner, "RUNS", runs)
+    monkeypatch.setattr(runner, "write_cell", lambda folder, name, rec: written.update({name: rec}))
+    here = runs / "here"
+    (here / "epoch1").mkdir(parents=True)
+    (here / "metrics.jsonl").write_text(
+        "".join(
+            json.dumps(
+                {
+                    "epoch": e,
+                    "phase": "max",
+                    "loss": 13.0 - e,
+                    "rsum": 7.123 * e,
+                    "seconds": 9.0 * (e + 1),
+                }
+            )
+            + "\n"
+            for e in range(2)
+        )  # fmt: skip
+    )
+    (here / "last.json").write_text(json.dumps({"path": "epoch1"}))
+    (here / "epoch1" / "state.json").write_text("{}")
+    (here / "done.json").write_text(json.dumps({"seconds": 18.0}))
+    previous = tmp_path / "moe_start.json"
+    previous.write_text(json.dumps({"runs": [
+        {"cell": "kept", "curve": [[0, 12.9, 20.1], [1, 12.5, 30.2]]},
+        {"cell": "short", "curve": [[0, 12.9, 20.1]]},
+        {"cell": "has", "curve": [[0, 1.0, 1.0]]},
+    ]}))  # fmt: skip
+    done = {
+        "here": {"epochs_run": 2},
+        "kept": {"epochs_run": 2},
+        "short": {"epochs_run": 2},
+        "has": {"epochs_run": 1, "curve": {"epoch": [0]}},
+        "none": {"epochs_run": 3},
+    }
+    runner.add_curves(done, previous)
+    assert set(written) == {"here", "kept"}  # "short" holds one of two epochs
+    assert written["here"]["curve"] == {"epoch": [0, 1], "phase": ["max", "max"],
+                                        "loss": [13.0, 12.0], "rsum": [0.0, 7.12]}  # fmt: skip
+    assert written["kept"]["curve"] == {"epoch": [0, 1], "phase": ["max", "max"],
+                                        "loss": [12.9, 12.5], "rsum": [20.1, 30.2]}  # fmt: skip
+    assert written["here"]["added"][0]["from"] == "its run folder"
+    assert written["kept"]["added"][0]["from"].startswith("moe_start.json")

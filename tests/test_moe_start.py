@@ -12,6 +12,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from research import moe_start  # noqa: E402
 from research.moe_start import plateau  # noqa: E402
 
 from vsekit.lab.losses import create_loss  # noqa: E402
@@ -60,3 +61,47 @@ def test_the_plateau_moves_with_what_it_depends_on():
     assert plateau(0.05, 128, 128 * 10) == pytest.approx(12.8)
     assert plateau(0.05, 128, 27_500) < 12.8
     assert plateau(0.025, 128, 128 * 10) == pytest.approx(6.4)
+
+
+def _cell(**extra) -> dict:
+    recipe = {"lr": 1e-3, "img_norm": "none", "img_dropout": 0.0, "margin_scale": 1.0}
+    config = {"loss": {"margin": 0.05}, "train": {"batch_size": 128}}
+    return {"cell": "c", "row": "fne-moe", "seed": 0, "slice": {"rsum": 40.0},
+            "recipe": recipe, "config": config, **extra}  # fmt: skip
+
+
+def test_a_cells_start_is_read_from_its_record_and_not_its_run_folder(tmp_path, monkeypatch):
+    """The record's curve is the log: a fresh machine, with no run folders, reads the same
+    start; a run folder is read only for a cell recorded without one."""
+    monkeypatch.setattr(moe_start, "RUNS", tmp_path)
+    floor = plateau(0.05, 128, 27_500)
+    loss = [15.0, floor, floor * 0.95, floor * 0.5]
+    cell = _cell(curve={"epoch": [0, 1, 2, 3], "phase": ["max"] * 4, "loss": loss,
+                        "rsum": [6.0, 10.0, 25.0, 40.0]})  # fmt: skip
+    got = moe_start.run_start(cell, 27_500)
+    assert (got["epochs"], got["reached"], got["left"]) == (4, 1, 3)
+    assert got["curve"][3] == [3, round(floor * 0.5, 4), 40.0]
+    assert moe_start.run_start(_cell(), 27_500)["run_folder"] == "missing"
+    (tmp_path / "c").mkdir()  # a folder whose log disagrees is not read over the record
+    line = '{"epoch": 0, "phase": "max", "loss": 1, "rsum": 9}\n'
+    (tmp_path / "c" / "metrics.jsonl").write_text(line)
+    assert moe_start.run_start(cell, 27_500)["epochs"] == 4
+    assert moe_start.run_start(_cell(), 27_500)["epochs"] == 1  # no curve: the folder
+
+
+def test_a_probe_trained_elsewhere_keeps_its_recorded_start(tmp_path, monkeypatch):
+    """A probe is no cell: where its run folder is gone, its start as moe_start.json
+    recorded it stays in the tables (a probe still training then is dropped)."""
+    import json
+
+    out = tmp_path / "moe_start.json"
+    kept = {"cell": "probe-fnef-moe-pooled-s0", "probe": "fnef-moe-pooled", "epochs": 60,
+            "row": "fnef-moe on pooled", "training": False}  # fmt: skip
+    out.write_text(json.dumps({"runs": [kept], "input_cosines": {"pooled": {"none": 0.66}}}))
+    monkeypatch.setattr(moe_start, "OUT", out)
+    monkeypatch.setattr(moe_start, "RUNS", tmp_path / "runs")
+    monkeypatch.setattr(moe_start.protocol, "load_cells", lambda folder: {})
+    runs, cosines = moe_start.starts()
+    assert runs == [kept] and cosines == {"pooled": {"none": 0.66}}
+    out.write_text(json.dumps({"runs": [kept | {"training": True}], "input_cosines": {}}))
+    assert moe_start.starts() == ([], {})

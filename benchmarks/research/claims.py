@@ -46,7 +46,12 @@ def main() -> None:
     ap.add_argument("--add-epoch-seconds", action="store_true",
                     help="add each epoch's training time to the recorded fair cells that "
                     "lack it (from their runs)")  # fmt: skip
+    ap.add_argument("--add-curves", type=Path, metavar="MOE_START_JSON",
+                    help="add each epoch's loss and slice rsum to the recorded fair cells "
+                    "that lack it (from their runs, else from this moe_start.json)")  # fmt: skip
     args = ap.parse_args()
+    if args.add_curves:
+        runner.add_curves(protocol.load_cells(fair.CELLS), args.add_curves)
     if args.add_epoch_seconds:
         runner.add_epoch_seconds(protocol.load_cells(fair.CELLS))
     if args.add_lengths:

@@ -15,15 +15,17 @@ worse on its own training batches than one that says nothing.
 
 For every MOE cell (and the L_M phase of every POE cell) recorded in
 ``benchmarks/research/cells_fair/``, this reads the run's per-epoch losses and slice rsums
-from ``~/.cache/vsekit/claims/runs/<cell>/metrics.jsonl`` (the runner keeps them) and
-records: the first epoch whose loss is within 1% of the plateau (*reached*), the first
-whose loss is 10% below it (*left*), the lowest loss, and the slice's best rsum. It trains
-nothing::
+from the cell's record (``curve``; for a cell recorded before the runner kept it, its run
+folder's ``~/.cache/vsekit/claims/runs/<cell>/metrics.jsonl``, or the curve this script
+recorded then, added to the cell by ``claims.py --add-curves``) and records: the first
+epoch whose loss is within 1% of the plateau (*reached*), the first whose loss is 10%
+below it (*left*), the lowest loss, and the slice's best rsum. It trains nothing::
 
     python benchmarks/research/moe_start.py           # writes moe_start.json, the docs block
     python benchmarks/research/moe_start.py --probe fne-moe-shift1   # first trains a probe
 
-Cells whose run folder is gone are listed as such, not dropped.
+Cells with no log of their epochs (no curve, and no run folder here) are listed as such,
+not dropped.
 
 **Probes** (``PROBES``; declared before they ran, and not cells of the protocol). The
 float FNE is the pooled activations standardised per dimension over the train split; its
@@ -136,21 +138,35 @@ def first(epochs: list[dict], test) -> int | None:
     return next((e["epoch"] for e in epochs if test(e["loss"])), None)
 
 
+def logged_epochs(cell: dict, run: Path | None = None) -> list[dict] | None:
+    """A cell's epochs (``epoch``, ``phase``, ``loss``, ``rsum``): its record's ``curve``
+    (the runner keeps it), else its run folder's ``metrics.jsonl`` (a probe, or a cell
+    recorded before the curve, on the machine that trained it); None without either."""
+    if "curve" in cell:
+        cols = cell["curve"]
+        return [dict(zip(cols, vals, strict=True)) for vals in zip(*cols.values(), strict=True)]
+    log = (run or RUNS / cell["cell"]) / "metrics.jsonl"
+    if not log.exists():
+        return None
+    lines = [json.loads(s) for s in log.read_text().splitlines() if s.strip()]
+    by_epoch = {e["epoch"]: e for e in lines if "event" not in e}  # one record an epoch
+    return [by_epoch[k] for k in sorted(by_epoch)]
+
+
 def run_start(cell: dict, rows: int, run: Path | None = None) -> dict:
-    """One cell's start, from its run folder's per-epoch log (its L_M epochs only). A log
-    whose L_M epochs are not as many as the cell records is not the cell's run, and is
-    not read."""
+    """One cell's start, from its per-epoch log (:func:`logged_epochs`; its L_M epochs
+    only). A run folder's log whose L_M epochs are not as many as the cell records is not
+    the cell's run, and is not read."""
     cfg = cell["config"]
     margin, batch = cfg["loss"]["margin"], cfg["train"]["batch_size"]
     floor = plateau(margin, batch, rows)
     out = {"cell": cell["cell"], "row": cell["row"], "recipe": cell["recipe"],
            "seed": cell["seed"], "plateau": round(floor, 4),
            "slice_rsum": cell["slice"]["rsum"]}  # fmt: skip
-    log = (run or RUNS / cell["cell"]) / "metrics.jsonl"
-    if not log.exists():
+    logged = logged_epochs(cell, run)
+    if logged is None:
         return {**out, "run_folder": "missing"}
-    lines = [json.loads(s) for s in log.read_text().splitlines() if s.strip()]
-    epochs = [e for e in lines if e.get("phase", "max") == "max"]
+    epochs = [e for e in logged if (e.get("phase") or "max") == "max"]
     recorded = cell.get("phases", {}).get("max")
     if recorded is not None and recorded != len(epochs):
         return {**out, "run_folder": f"{len(epochs)} L_M epochs logged, {recorded} recorded"}
@@ -189,11 +205,19 @@ def starts() -> tuple[list[dict], dict[str, dict[str, float]]]:
         if feature not in cosines:
             cosines[feature] = input_cosines(c["config"]["data"])
         out.append({**run_start(c, rows[key]), "row": group})
+    kept = json.loads(OUT.read_text()) if OUT.is_file() else {"runs": []}
     for name, (_, features) in PROBES.items():
-        if not (probe_run(name) / "metrics.jsonl").is_file():
-            continue  # not trained yet (--probe)
         if name in BECAME and BECAME[name].name in done:
             continue  # recorded: the cell's row shows it
+        if not (probe_run(name) / "metrics.jsonl").is_file():
+            # trained on another machine: its start as this script recorded it then
+            # (a probe is no cell, and its run folder stays where it ran); else not yet
+            # trained (--probe)
+            before = next((r for r in kept["runs"] if r.get("probe") == name), None)
+            if before is not None and not before.get("training"):
+                cosines[features] = kept["input_cosines"][features]
+                out.append(before)
+            continue
         config = json.loads((probe_run(name) / "config.json").read_text())["config"]
         cosines[features] = input_cosines(config["data"])
         out.append(probe_start(name, epoch_rows(config)))

@@ -137,6 +137,18 @@ def run_log(run: Path) -> tuple[list[dict], list[dict], float]:
     return epochs, events, seconds
 
 
+def curve(epochs: list[dict]) -> dict[str, list]:
+    """Each epoch's phase, training loss and slice rsum, as columns: the run's log kept in
+    its record, since the run folder stays on the machine that trained it (and
+    ``moe_start.py`` reads the loss). Loss to 4 decimals, rsum to 2."""
+    return {
+        "epoch": [e["epoch"] for e in epochs],
+        "phase": [e.get("phase") for e in epochs],
+        "loss": [round(e["loss"], 4) for e in epochs],
+        "rsum": [round(e["rsum"], 2) for e in epochs],
+    }
+
+
 def epoch_seconds(epochs: list[dict]) -> list[float]:
     """Each epoch's training time, from the trainer's clock (``seconds``, cumulative, in
     every epoch record; a repeated epoch's last record counts, as in :func:`run_log`)."""
@@ -227,6 +239,7 @@ def run_fair_cell(cell: fair.FairCell | fair.InstCell) -> dict:
         "wall_seconds": round(time.perf_counter() - t0, 1),
         # per epoch, so that a stretch of shared CPU can be told from the run's own cost
         "epoch_seconds": epoch_seconds(epochs),
+        "curve": curve(epochs),
         "epochs_run": len(epochs),
         "best_epoch": best.get("epoch"),
         "events": events,
@@ -351,6 +364,33 @@ def add_epoch_seconds(done: dict[str, dict]) -> None:
             {"date": dt.date.today().isoformat(), "field": "epoch_seconds"})  # fmt: skip
         write_cell(FAIR_CELLS, name, c)
         print(f"{name}: epoch_seconds added")
+
+
+def add_curves(done: dict[str, dict], previous: Path) -> None:
+    """Add ``curve`` to the recorded fair cells that lack it (those recorded before the
+    runner kept it): from the run, where it is on this machine and its epochs are the ones
+    recorded; else from ``previous`` (``moe_start.json`` as committed, which holds the L_M
+    epochs of each MOE cell's log, loss to 4 decimals and slice rsum to 1), where those
+    are all the cell's epochs."""
+    kept = {r["cell"]: r for r in json.loads(previous.read_text())["runs"] if "curve" in r}
+    for name, c in done.items():
+        if "curve" in c:
+            continue
+        run = RUNS / name
+        if (run / "done.json").is_file() and len(run_log(run)[0]) == c["epochs_run"]:
+            c["curve"], source = curve(run_log(run)[0]), "its run folder"
+        elif name in kept and len(kept[name]["curve"]) == c["epochs_run"]:
+            rows = kept[name]["curve"]
+            c["curve"] = {"epoch": [r[0] for r in rows], "phase": ["max"] * len(rows),
+                          "loss": [r[1] for r in rows], "rsum": [r[2] for r in rows]}  # fmt: skip
+            source = f"{previous.name} (loss to 4 decimals, slice rsum to 1)"
+        else:
+            print(f"{name}: no log of its epochs here; left as recorded")
+            continue
+        c.setdefault("added", []).append(
+            {"date": dt.date.today().isoformat(), "field": "curve", "from": source})  # fmt: skip
+        write_cell(FAIR_CELLS, name, c)
+        print(f"{name}: curve added from {source}")
 
 
 # ------------------------------------------------------------ the loop

@@ -724,16 +724,18 @@ def test_a_cell_without_a_curve_gets_one_from_its_run_or_the_recorded_starts(tmp
     (here / "done.json").write_text(json.dumps({"seconds": 18.0}))
     previous = tmp_path / "moe_start.json"
     previous.write_text(json.dumps({"runs": [
-        {"cell": "kept", "curve": [[0, 12.9, 20.1], [1, 12.5, 30.2]]},
-        {"cell": "short", "curve": [[0, 12.9, 20.1]]},
-        {"cell": "has", "curve": [[0, 1.0, 1.0]]},
+        {"cell": "kept", "slice_rsum": 30.2, "curve": [[0, 12.9, 20.1], [1, 12.5, 30.2]]},
+        {"cell": "short", "slice_rsum": 30.2, "curve": [[0, 12.9, 20.1]]},
+        {"cell": "has", "slice_rsum": 1.0, "curve": [[0, 1.0, 1.0]]},
+        {"cell": "rerun", "slice_rsum": 30.2, "curve": [[0, 12.9, 20.1], [1, 12.5, 30.2]]},
     ]}))  # fmt: skip
     done = {
-        "here": {"epochs_run": 2},
-        "kept": {"epochs_run": 2},
-        "short": {"epochs_run": 2},
-        "has": {"epochs_run": 1, "curve": {"epoch": [0]}},
-        "none": {"epochs_run": 3},
+        "here": {"epochs_run": 2, "slice": {"rsum": 7.12}},
+        "kept": {"epochs_run": 2, "slice": {"rsum": 30.2}},
+        "short": {"epochs_run": 2, "slice": {"rsum": 30.2}},
+        "has": {"epochs_run": 1, "curve": {"epoch": [0]}, "slice": {"rsum": 1.0}},
+        "rerun": {"epochs_run": 2, "slice": {"rsum": 41.0}},  # recorded again since
+        "none": {"epochs_run": 3, "slice": {"rsum": 9.0}},
     }
     runner.add_curves(done, previous)
     assert set(written) == {"here", "kept"}  # "short" holds one of two epochs

@@ -95,13 +95,33 @@ def test_a_probe_trained_elsewhere_keeps_its_recorded_start(tmp_path, monkeypatc
     import json
 
     out = tmp_path / "moe_start.json"
-    kept = {"cell": "probe-fnef-moe-pooled-s0", "probe": "fnef-moe-pooled", "epochs": 60,
+    kept = {"cell": "probe-fnef-moe-pooled-s0", "probe": "fnef-moe-pooled", "epochs": 3,
             "row": "fnef-moe on pooled", "training": False}  # fmt: skip
+    floor = 12.79
+    kept |= {"plateau": floor, "reached": 0, "left": 0,  # stale: re-read from the curve
+             "curve": [[0, 15.0, 6.0], [1, 12.8, 90.0], [2, 11.0, 150.0]]}  # fmt: skip
     out.write_text(json.dumps({"runs": [kept], "input_cosines": {"pooled": {"none": 0.66}}}))
     monkeypatch.setattr(moe_start, "OUT", out)
     monkeypatch.setattr(moe_start, "RUNS", tmp_path / "runs")
     monkeypatch.setattr(moe_start.protocol, "load_cells", lambda folder: {})
     runs, cosines = moe_start.starts()
-    assert runs == [kept] and cosines == {"pooled": {"none": 0.66}}
+    assert cosines == {"pooled": {"none": 0.66}}
+    assert runs == [kept | {"epochs": 3, "reached": 1, "left": 2, "lowest_loss": 11.0}]
     out.write_text(json.dumps({"runs": [kept | {"training": True}], "input_cosines": {}}))
     assert moe_start.starts() == ([], {})
+
+
+def test_only_the_l_m_epochs_of_a_curve_count_and_keep_their_numbers(tmp_path, monkeypatch):
+    """A POE cell's curve holds its L_S epochs first: the start is read from its L_M
+    epochs, numbered as the run numbers them, and a curve whose L_M epochs are not the
+    record's count is not read."""
+    monkeypatch.setattr(moe_start, "RUNS", tmp_path)
+    floor = plateau(0.05, 128, 27_500)
+    curve = {"epoch": [0, 1, 2, 3, 4], "phase": ["sum", "sum", "max", "max", "max"],
+             "loss": [30.0, 5.0, floor, floor * 0.8, floor * 0.7],
+             "rsum": [100.0, 200.0, 210.0, 220.0, 230.0]}  # fmt: skip
+    got = moe_start.run_start(_cell(curve=curve, phases={"sum": 2, "max": 3}), 27_500)
+    assert (got["epochs"], got["reached"], got["left"]) == (3, 2, 3)
+    assert [e for e, _, _ in got["curve"]] == [2, 3, 4]
+    wrong = moe_start.run_start(_cell(curve=curve, phases={"sum": 1, "max": 4}), 27_500)
+    assert wrong["run_folder"] == "3 L_M epochs logged, 4 recorded"

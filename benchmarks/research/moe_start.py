@@ -170,8 +170,12 @@ def run_start(cell: dict, rows: int, run: Path | None = None) -> dict:
     recorded = cell.get("phases", {}).get("max")
     if recorded is not None and recorded != len(epochs):
         return {**out, "run_folder": f"{len(epochs)} L_M epochs logged, {recorded} recorded"}
+    return {**out, **_start(epochs, floor)}
+
+
+def _start(epochs: list[dict], floor: float) -> dict:
+    """Where L_M ``epochs`` (``epoch``, ``loss``, ``rsum``) meet the plateau ``floor``."""
     return {
-        **out,
         "epochs": len(epochs),
         "reached": first(epochs, lambda x: x <= REACHED * floor),
         "left": first(epochs, lambda x: x <= LEFT * floor),
@@ -214,9 +218,12 @@ def starts() -> tuple[list[dict], dict[str, dict[str, float]]]:
             # (a probe is no cell, and its run folder stays where it ran); else not yet
             # trained (--probe)
             before = next((r for r in kept["runs"] if r.get("probe") == name), None)
-            if before is not None and not before.get("training"):
-                cosines[features] = kept["input_cosines"][features]
-                out.append(before)
+            known = kept.get("input_cosines", {}).get(features)
+            if before is not None and "curve" in before and known and not before["training"]:
+                cosines[features] = known
+                # re-read from its curve, so that the thresholds in force apply
+                logged = [{"epoch": e, "loss": x, "rsum": r} for e, x, r in before["curve"]]
+                out.append({**before, **_start(logged, before["plateau"])})
             continue
         config = json.loads((probe_run(name) / "config.json").read_text())["config"]
         cosines[features] = input_cosines(config["data"])
@@ -268,7 +275,7 @@ def probe_start(name: str, rows: int) -> dict:
     best); one still training says so, and its epochs are those it has run."""
     run = probe_run(name)
     config = json.loads((run / "config.json").read_text())["config"]
-    lines = [json.loads(s) for s in (run / "metrics.jsonl").read_text().splitlines() if s]
+    lines = logged_epochs({"cell": run.name}, run) or []  # epochs, not events
     cell, features = PROBES[name]
     fake = {"cell": run.name, "row": f"{cell.row} on {features}", "seed": cell.seed,
             "recipe": cell.recipe.as_dict(), "config": config,

@@ -379,7 +379,11 @@ def add_curves(done: dict[str, dict], previous: Path) -> None:
         run = RUNS / name
         if (run / "done.json").is_file() and len(run_log(run)[0]) == c["epochs_run"]:
             c["curve"], source = curve(run_log(run)[0]), "its run folder"
-        elif name in kept and len(kept[name]["curve"]) == c["epochs_run"]:
+        elif (
+            name in kept
+            and len(kept[name]["curve"]) == c["epochs_run"]
+            and kept[name]["slice_rsum"] == c["slice"]["rsum"]  # not a run recorded since
+        ):
             rows = kept[name]["curve"]
             c["curve"] = {"epoch": [r[0] for r in rows], "phase": ["max"] * len(rows),
                           "loss": [r[1] for r in rows], "rsum": [r[2] for r in rows]}  # fmt: skip

@@ -377,8 +377,9 @@ def add_curves(done: dict[str, dict], previous: Path) -> None:
         if "curve" in c:
             continue
         run = RUNS / name
-        if (run / "done.json").is_file() and len(run_log(run)[0]) == c["epochs_run"]:
-            c["curve"], source = curve(run_log(run)[0]), "its run folder"
+        epochs = run_log(run)[0] if (run / "done.json").is_file() else []
+        if epochs and len(epochs) == c["epochs_run"]:
+            c["curve"], source = curve(epochs), "its run folder"
         elif (
             name in kept
             and len(kept[name]["curve"]) == c["epochs_run"]

@@ -7,6 +7,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from research import fair_protocol as fair  # noqa: E402
 from research import fair_report  # noqa: E402
@@ -745,3 +747,24 @@ def test_a_cell_without_a_curve_gets_one_from_its_run_or_the_recorded_starts(tmp
                                         "loss": [12.9, 12.5], "rsum": [20.1, 30.2]}  # fmt: skip
     assert written["here"]["added"][0]["from"] == "its run folder"
     assert written["kept"]["added"][0]["from"].startswith("moe_start.json")
+
+
+def test_the_fair_runner_refuses_a_cpu_that_emulates_bf16_unless_told(monkeypatch):
+    from research import runner
+
+    from vsekit.runtime.precision import CpuInfo
+
+    started = []
+    monkeypatch.setattr(runner, "ensure_fair_store", lambda: started.append("store"))
+    monkeypatch.setattr(runner, "run_grid", lambda *a: started.append("grid"))
+    avx2 = CpuInfo("x86_64", frozenset({"AVX2", "FMA3"}))
+    bf16 = CpuInfo("x86_64", frozenset({"AVX2", "AVX512F", "AVX512BF16"}))
+    monkeypatch.setattr("vsekit.runtime.precision.cpu_info", lambda: avx2)
+    with pytest.raises(SystemExit, match="no AVX512_BF16.*--emulated-bf16"):
+        runner.run_fair()
+    assert started == []  # nothing built, nothing trained
+    runner.run_fair(emulated_bf16=True)
+    assert started == ["store", "grid"]
+    monkeypatch.setattr("vsekit.runtime.precision.cpu_info", lambda: bf16)
+    runner.run_fair()
+    assert started == ["store", "grid"] * 2

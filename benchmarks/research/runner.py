@@ -16,8 +16,10 @@ The fair grid (``fair_protocol.py``) runs in the background, niced, one runner:
     nohup nice -n 19 .venv/bin/python benchmarks/research/claims.py --run fair \\
         > ~/.cache/vsekit/claims/fair-runner.log 2>&1 &
 
-It builds the 2-crop ResNet-50 store first if it is missing; the build records its own
-time (``seconds`` in the store's ``progress.json``), which varies with the CPU. To stop
+It refuses an x86 CPU without AVX512_BF16, where the cells' bf16 autocast is emulated
+(``--emulated-bf16`` overrides). It builds the 2-crop ResNet-50 store first if it is
+missing; the build records its own time (``seconds`` in the store's ``progress.json``),
+which varies with the CPU. To stop
 it, kill its process id (``kill PID``; its trainer gets SIGTERM as it dies, and the cell's
 lock lasts until the trainer has exited); the same command resumes: the cell it was
 training resumes from its last finished epoch. Its cells land in
@@ -435,7 +437,21 @@ def run_grid(
               f"({rec['wall_seconds']:.0f} s)", flush=True)  # fmt: skip
 
 
-def run_fair(max_cells: int = 0, only: str = "", stop_after: float = 0) -> None:
+def run_fair(
+    max_cells: int = 0, only: str = "", stop_after: float = 0, emulated_bf16: bool = False
+) -> None:
+    """The fair grid's missing cells (``fair.pending``). Its cells train in bf16 autocast
+    (``fair._fixed``); on an x86 CPU without bf16 arithmetic PyTorch emulates it, a cell
+    takes many times as long (13x a step on an AVX2-only CPU), so the runner refuses to
+    start there unless ``emulated_bf16`` says to."""
+    from vsekit.runtime.precision import cpu_info, cpu_name
+
+    if cpu_info().emulated_bf16 and not emulated_bf16:
+        raise SystemExit(
+            f"claims.py --run fair: the fair cells train in bf16, which this CPU ({cpu_name()}, "
+            "no AVX512_BF16) emulates at many times fp32's cost; run the grid on a CPU with "
+            "AVX512_BF16, or pass --emulated-bf16 to train here anyway"
+        )
     ensure_fair_store()
     run_grid(fair.pending, run_fair_cell, FAIR_CELLS, max_cells, only, stop_after)
 

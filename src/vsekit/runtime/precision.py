@@ -34,6 +34,11 @@ from pathlib import Path
 #: without saturation. NumPy does not report AVX-VNNI (the VEX form on CPUs without
 #: AVX-512), so such CPUs count as without VNNI: conservative, never wrong.
 EXACT_INT8_X86 = ("AVX512VNNI", "AVX512_CLX")
+#: x86 features with bf16 arithmetic in hardware (the dot products of AVX512_BF16; CPUs with
+#: AMX report it too). Without them PyTorch's CPU kernels emulate bf16: converting each
+#: operand to float32 and back costs more than the narrower type saves (a bf16 training
+#: step ran 13x slower than fp32 on an AVX2-only AMD EPYC; ``benchmarks/bf16_train.json``).
+NATIVE_BF16_X86 = ("AVX512BF16",)
 #: the features ``vse doctor`` and the benchmarks report
 REPORTED = ("AVX2", "FMA3", "AVX512F", "AVX512BW", "AVX512VNNI", "AVX512BF16", "AVX512FP16",
             "ASIMD", "ASIMDDP", "ASIMDHP", "SVE")  # fmt: skip
@@ -55,6 +60,13 @@ class CpuInfo:
         """Whether ONNX Runtime's int8 kernels run here without the u8s8 saturation of
         x86 CPUs that lack VNNI (any non-x86 CPU: its kernels widen before adding)."""
         return not self.is_x86 or any(f in self.features for f in EXACT_INT8_X86)
+
+    @property
+    def emulated_bf16(self) -> bool:
+        """Whether this is an x86 CPU without bf16 arithmetic in hardware, where bf16
+        autocast emulates the type (slower than fp32). Other architectures are not
+        judged: none was measured."""
+        return self.is_x86 and not any(f in self.features for f in NATIVE_BF16_X86)
 
     @property
     def int8_class(self) -> str:

@@ -768,3 +768,37 @@ def test_the_fair_runner_refuses_a_cpu_that_emulates_bf16_unless_told(monkeypatc
     monkeypatch.setattr("vsekit.runtime.precision.cpu_info", lambda: bf16)
     runner.run_fair()
     assert started == ["store", "grid"] * 2
+
+
+def test_a_precision_pair_trains_the_recorded_cell_with_only_its_precision_changed(
+    tmp_path, monkeypatch
+):
+    from research import precision_pairs as pp
+    from research import runner
+
+    name = "fair-fne-ph-lr0.00316-nlayernorm-d0.5-m1-s1"
+    recipe = {"lr": 0.00316, "img_norm": "layernorm", "img_dropout": 0.5, "margin_scale": 1.0}
+    rec = {"cell": name, "row": "fne-ph", "recipe": recipe, "seed": 1, "epochs_run": 18,
+           "best_epoch": 11, "slice": {"rsum": 350.0}, "dev": {"rsum": 286.0},
+           "machine": {"cpu": "AMD EPYC"}, "store_sha256": {"fne.i8": "a"}}  # fmt: skip
+    other = {**rec, "cell": name[:-1] + "0", "seed": 0, "dev": {"rsum": 282.0}}
+    seen = {}
+    monkeypatch.setattr(pp, "RUNS", tmp_path)
+    monkeypatch.setattr(pp, "train_run", lambda run, cfg, sets, root, **kw: seen.update(
+        cfg=cfg, sets=sets))  # fmt: skip
+    monkeypatch.setattr(runner, "run_log", lambda r: ([{"epoch": 0, "seconds": 60.0}], [], 60.0))
+    monkeypatch.setattr(pp.scoring, "score", lambda c, r: {"slice": {"rsum": 349.0},
+                                                            "dev": {"rsum": 289.5}})  # fmt: skip
+    monkeypatch.setattr(runner, "store_digest", lambda: {"fne.i8": "b"})
+    pair = pp.run_pair(name, {name: rec, other["cell"]: other})
+    cell = pp.cell_of(rec)
+    want = cell.settings(pp.STORE, 0.2) | {"train.precision": "fp32"}
+    assert seen["cfg"] == cell.config == "configs/flickr8k-fne-ph.yaml"
+    got = dict(s.split("=", 1) for s in seen["sets"])
+    assert got["train.precision"] == "fp32" and len(got) == len(want)
+    assert {k: v for k, v in got.items() if k != "loss.margin"} == {
+        k: runner.yaml_value(v) for k, v in want.items() if k != "loss.margin"}  # fmt: skip
+    assert pair["dev_difference"] == 3.5 and pair["row_seed_std"] == 2.83
+    assert pair["fp32"]["store_sha256"] != pair["bf16"]["store_sha256"]
+    s = pp.summary([pair, {**pair, "dev_difference": -10.0}])
+    assert s["pairs"] == 2 and s["dev_difference_mean"] == -3.25 and s["within_2_seed_std"] == 1

@@ -44,6 +44,7 @@ from vsekit.lab.train.export import model_from_run  # noqa: E402
 from vsekit.lab.train.features import image_features  # noqa: E402
 from vsekit.lab.train.retrieval_data import load_train_data  # noqa: E402
 from vsekit.lab.train.trainer import Trainer, make_optimizer  # noqa: E402
+from vsekit.runtime.precision import cpu_info  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 F8K = ROOT.parent / "shared" / "data" / "flickr8k"
@@ -98,21 +99,24 @@ def train_bf16() -> None:
     train_run(RUNS / "gru-bf16-s0", CONFIG, sets, ROOT)
 
 
-def add_speed(path: Path, speed: dict) -> dict:
+def add_speed(path: Path, speed: dict[str, object]) -> dict[str, object]:
     """``path``'s record with this CPU's step times in ``step_speed_by_cpu``, replacing
-    an entry of the same CPU model and bf16 kind (the first, ``step_speed``, was of the
-    AMD EPYC with AVX512_BF16, recorded before the flags were)."""
+    an entry of the same CPU model and flags (the top-level ``step_speed`` is the
+    ``--train`` run's, on an AMD EPYC whose docstring named AVX-512 BF16, recorded before
+    the flags were)."""
     from _common import machine
 
     from vsekit.fsio import atomic_write
-    from vsekit.runtime.precision import cpu_info
 
     out = json.loads(path.read_text())
     entry = {"date": dt.date.today().isoformat(), "machine": machine(),
              "bf16": "emulated" if cpu_info().emulated_bf16 else "native",
              "command": "python benchmarks/bf16_train.py --speed", **speed}  # fmt: skip
-    key = (entry["machine"]["cpu"], entry["bf16"])
-    kept = [e for e in out.get("step_speed_by_cpu", []) if (e["machine"]["cpu"], e["bf16"]) != key]
+
+    def key(e: dict) -> tuple:
+        return e["machine"]["cpu"], tuple(e["machine"]["cpu_flags"])
+
+    kept = [e for e in out.get("step_speed_by_cpu", []) if key(e) != key(entry)]
     out["step_speed_by_cpu"] = [*kept, entry]
     atomic_write(path, json.dumps(out, indent=2) + "\n")
     return out
@@ -124,6 +128,10 @@ def main() -> None:
     mode.add_argument("--train", action="store_true", help="train the bf16 member if missing")
     mode.add_argument("--speed", action="store_true", help="time the steps on this CPU only")
     args = ap.parse_args()
+    if args.train and cpu_info().emulated_bf16:
+        # the record's speed-up and accuracy are of a CPU with bf16 arithmetic: keep them
+        raise SystemExit("bf16_train.py --train: this CPU emulates bf16 (no AVX512_BF16); "
+                         "run --speed here, --train on a CPU with AVX512_BF16")  # fmt: skip
     speed = step_times()
     print(speed, flush=True)
     if args.speed:

@@ -765,40 +765,62 @@ def test_the_fair_runner_refuses_a_cpu_that_emulates_bf16_unless_told(monkeypatc
     assert started == []  # nothing built, nothing trained
     runner.run_fair(emulated_bf16=True)
     assert started == ["store", "grid"]
+    import torch
+
+    with monkeypatch.context() as m:  # a GPU host trains on its GPU: not refused
+        m.setattr(torch.cuda, "is_available", lambda: True)
+        runner.run_fair()
+    assert started == ["store", "grid"] * 2
     monkeypatch.setattr("vsekit.runtime.precision.cpu_info", lambda: bf16)
     runner.run_fair()
-    assert started == ["store", "grid"] * 2
+    assert started == ["store", "grid"] * 3
 
 
+@pytest.mark.parametrize("index", [0, 3, 4])  # fc7-sh, fne-ph (a curriculum row), fne-mh
 def test_a_precision_pair_trains_the_recorded_cell_with_only_its_precision_changed(
-    tmp_path, monkeypatch
+    index, tmp_path, monkeypatch
 ):
+    import json
+
     from research import precision_pairs as pp
     from research import runner
+    from research.protocol import load_cells
 
-    name = "fair-fne-ph-lr0.00316-nlayernorm-d0.5-m1-s1"
-    recipe = {"lr": 0.00316, "img_norm": "layernorm", "img_dropout": 0.5, "margin_scale": 1.0}
-    rec = {"cell": name, "row": "fne-ph", "recipe": recipe, "seed": 1, "epochs_run": 18,
-           "best_epoch": 11, "slice": {"rsum": 350.0}, "dev": {"rsum": 286.0},
-           "machine": {"cpu": "AMD EPYC"}, "store_sha256": {"fne.i8": "a"}}  # fmt: skip
-    other = {**rec, "cell": name[:-1] + "0", "seed": 0, "dev": {"rsum": 282.0}}
+    from vsekit.lab.train import load_config
+    from vsekit.lab.train.config import apply_overrides
+
+    done = load_cells(fair.CELLS)
+    name = pp.PAIRS[index]
+    rec = done[name]
     seen = {}
     monkeypatch.setattr(pp, "RUNS", tmp_path)
     monkeypatch.setattr(pp, "train_run", lambda run, cfg, sets, root, **kw: seen.update(
         cfg=cfg, sets=sets))  # fmt: skip
     monkeypatch.setattr(runner, "run_log", lambda r: ([{"epoch": 0, "seconds": 60.0}], [], 60.0))
+    dev = rec["dev"]["rsum"] + 3.5
     monkeypatch.setattr(pp.scoring, "score", lambda c, r: {"slice": {"rsum": 349.0},
-                                                            "dev": {"rsum": 289.5}})  # fmt: skip
+                                                            "dev": {"rsum": dev}})  # fmt: skip
     monkeypatch.setattr(runner, "store_digest", lambda: {"fne.i8": "b"})
-    pair = pp.run_pair(name, {name: rec, other["cell"]: other})
-    cell = pp.cell_of(rec)
-    want = cell.settings(pp.STORE, 0.2) | {"train.precision": "fp32"}
-    assert seen["cfg"] == cell.config == "configs/flickr8k-fne-ph.yaml"
-    got = dict(s.split("=", 1) for s in seen["sets"])
-    assert got["train.precision"] == "fp32" and len(got) == len(want)
-    assert {k: v for k, v in got.items() if k != "loss.margin"} == {
-        k: runner.yaml_value(v) for k, v in want.items() if k != "loss.margin"}  # fmt: skip
-    assert pair["dev_difference"] == 3.5 and pair["row_seed_std"] == 2.83
-    assert pair["fp32"]["store_sha256"] != pair["bf16"]["store_sha256"]
-    s = pp.summary([pair, {**pair, "dev_difference": -10.0}])
-    assert s["pairs"] == 2 and s["dev_difference_mean"] == -3.25 and s["within_2_seed_std"] == 1
+    pair = pp.run_pair(name, done)
+    # the fp32 run's effective config is the recorded cell's, its precision aside
+    cfg = apply_overrides(load_config(runner.ROOT / seen["cfg"]), seen["sets"]).to_dict()
+    assert cfg["train"].pop("precision") == "fp32" and rec["config"]["train"]["precision"] == "bf16"
+    want = json.loads(json.dumps(rec["config"]))
+    del want["train"]["precision"]
+    want["train"]["patience_from"] = want["train"].get("patience_from")  # (older records lack it)
+    assert json.loads(json.dumps(cfg)) == want
+    assert pair["dev_difference"] == 3.5 and not pair["same_store"]
+    seeds = [r["dev"]["rsum"] for r in done.values() if r.get("row") == rec["row"]
+             and r.get("recipe") == rec["recipe"]]  # fmt: skip
+    assert pair["row_seeds_dev"] == seeds and len(seeds) == 3
+
+
+def test_the_precision_pairs_summary_counts_differences_against_the_seed_spread():
+    from research import precision_pairs as pp
+
+    pairs = [{"dev_difference": 3.5, "row_seed_std": 2.0, "same_store": False},
+             {"dev_difference": -10.0, "row_seed_std": 3.0, "same_store": True}]  # fmt: skip
+    s = pp.summary(pairs)
+    assert s == {"pairs": 2, "dev_difference_mean": -3.25, "same_store": 1,
+                 "dev_difference_std": 9.55, "row_seed_std_mean": 2.5,
+                 "within_2_seed_std": 1}  # fmt: skip

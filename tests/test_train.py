@@ -106,6 +106,25 @@ def test_bf16_autocast_trains_to_the_same_recall(tmp_path):
         validate(small_cfg(precision="fp16"))
 
 
+def test_a_trainer_asked_for_bf16_on_a_cpu_that_emulates_it_warns(tmp_path, monkeypatch):
+    import warnings
+
+    from vsekit.lab.train import trainer as trainer_module
+    from vsekit.runtime.precision import CpuInfo
+
+    avx2 = CpuInfo("x86_64", frozenset({"AVX2", "FMA3"}))
+    bf16 = CpuInfo("x86_64", frozenset({"AVX2", "AVX512F", "AVX512BF16"}))
+    data = make_data()
+    monkeypatch.setattr(trainer_module, "cpu_info", lambda: avx2)
+    with pytest.warns(RuntimeWarning, match="emulates bf16"):
+        Trainer(small_cfg(precision="bf16"), data, tmp_path / "a", progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Trainer(small_cfg(precision="fp32"), data, tmp_path / "b", progress=False)
+        monkeypatch.setattr(trainer_module, "cpu_info", lambda: bf16)
+        Trainer(small_cfg(precision="bf16"), data, tmp_path / "c", progress=False)
+
+
 def test_resumed_run_equals_uninterrupted(tmp_path):
     data = make_data()
     Trainer(small_cfg(epochs=3), data, tmp_path / "full", progress=False).fit()

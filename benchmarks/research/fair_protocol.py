@@ -109,9 +109,8 @@ not travel), under the same settings, ``train.precision`` bf16 included. It reco
 machine; the search and the seeds take its scores like any other cell's, and the rows
 table reads epoch times from CPU cells only. From 2026-11-29 the runner refuses to start
 on an x86 CPU without AVX512_BF16 (``--emulated-bf16`` overrides): PyTorch emulates bf16
-there, and a training step took 13 times fp32's, which AVX512_BF16 beats by 1.4 times
-(``benchmarks/bf16_train.json``): an hour's cell would take most of a day. Every CPU cell
-before then trained with AVX512_BF16.
+there, and a GRU training step took 13 times fp32's on an AVX2-only AMD EPYC
+(``benchmarks/bf16_train.json``). Every CPU cell before then trained with AVX512_BF16.
 
 **The order similarity's gradient** (added on 2026-11-27). From the commit that adds
 ``_OrderWithGrad`` to ``vsekit.lab.similarity``, the SOE, MOE and POE cells train with a

@@ -7,11 +7,13 @@ such a machine trains no cell of the grid. Before any amendment could let it tra
 fp32, this measures what that would change. For each cell in ``PAIRS`` (a recorded seed of
 a row's chosen recipe, from rows whose seeds have all run), the same settings with
 ``train.precision=fp32``, trained on this machine and its own store build (a store built
-on another CPU may differ in its float rounding: the JSON records both digests), in
+on another CPU may differ in its float rounding: each pair records this store's digest,
+the bf16 cell's where it has one, and whether they are the same), in
 ``RUNS/fp32-<cell>``, and scored as the runner scores a cell: the slice and dev at the
 slice's best epoch (``scoring.score``). Each pair sets the fp32 run's dev rsum against the
 bf16 cell's, and against the spread of the row's recorded seeds (the scale a difference
-has to exceed to matter).
+has to exceed to matter). Where the stores differ, a pair measures what a cell trained
+here would change, precision, CPU and store build together, not precision alone.
 
 Run (one process per core; each takes the next pair nobody holds, and a killed run resumes
 from its last epoch):
@@ -77,9 +79,13 @@ def run_pair(name: str, done: dict[str, dict]) -> dict:
     cell = cell_of(rec)
     assert cell.name == name, (cell.name, name)
     margin = yaml.safe_load((runner.ROOT / cell.config).read_text())["loss"]["margin"]
-    settings = cell.settings(STORE, float(margin)) | {"train.precision": "fp32"}
+    settings = cell.settings(STORE, float(margin)) | {
+        "train.precision": "fp32",
+        "train.epochs": rec["config"]["train"]["epochs"],  # a cell run on has a higher cap
+    }
     sets = [f"{k}={runner.yaml_value(v)}" for k, v in settings.items()]
     run = RUNS / f"fp32-{name}"
+    commit = runner.git_commit()  # the code the training imports now (as the runner)
     t0 = time.perf_counter()
     held = runner.held(f"fp32-{name}")
     train_run(run, cell.config, sets, runner.ROOT, collapsed_ok=True, pass_fds=held)
@@ -87,32 +93,37 @@ def run_pair(name: str, done: dict[str, dict]) -> dict:
     best = json.loads((run / "best.json").read_text()) if (run / "best.json").is_file() else {}
     scores = scoring.score(cell, run)
     seeds = row_seeds(done, rec)
+    digest = runner.store_digest()
     return {
         "cell": name,
         "row": rec["row"],
         "seed": rec["seed"],
         "bf16": {"slice": rec["slice"]["rsum"], "dev": rec["dev"]["rsum"],
                  "epochs_run": rec["epochs_run"], "best_epoch": rec["best_epoch"],
-                 "cpu": rec["machine"].get("cpu"), "store_sha256": rec.get("store_sha256")},
+                 "cpu": rec["machine"].get("cpu"), "store_sha256": rec.get("store_sha256"),
+                 "git_commit": rec.get("git_commit")},
         "fp32": {"slice": scores["slice"]["rsum"], "dev": scores["dev"]["rsum"],
                  "epochs_run": len(epochs), "best_epoch": best.get("epoch"),
                  "train_seconds": round(seconds, 1),
                  "epoch_seconds": runner.epoch_seconds(epochs),
                  "wall_seconds": round(time.perf_counter() - t0, 1),
-                 "store_sha256": runner.store_digest()},
+                 "store_sha256": digest},
+        "same_store": digest == rec.get("store_sha256"),
         "dev_difference": round(scores["dev"]["rsum"] - rec["dev"]["rsum"], 2),
         "row_seeds_dev": seeds,
         "row_seed_std": round(statistics.stdev(seeds), 2) if len(seeds) > 1 else None,
-        "git_commit": runner.git_commit(),
+        "git_commit": commit,
         "date": dt.date.today().isoformat(),
     }  # fmt: skip
 
 
 def summary(pairs: list[dict]) -> dict:
-    """The differences (fp32 - bf16, dev rsum) against the rows' seed spreads."""
+    """The differences (fp32 - bf16, dev rsum) against the rows' seed spreads, and how
+    many pairs trained on the bf16 cell's own store."""
     diffs = [p["dev_difference"] for p in pairs]
     stds = [p["row_seed_std"] for p in pairs if p["row_seed_std"] is not None]
-    out = {"pairs": len(pairs), "dev_difference_mean": round(statistics.mean(diffs), 2)}
+    out = {"pairs": len(pairs), "dev_difference_mean": round(statistics.mean(diffs), 2),
+           "same_store": sum(p["same_store"] for p in pairs)}  # fmt: skip
     if len(diffs) > 1:
         out["dev_difference_std"] = round(statistics.stdev(diffs), 2)
     if stds:
@@ -137,6 +148,7 @@ def record(pair: dict) -> None:
 
 
 def recorded() -> set[str]:
+    """The cells whose pair the JSON holds."""
     return {p["cell"] for p in json.loads(OUT.read_text())["pairs"]} if OUT.is_file() else set()
 
 

@@ -441,12 +441,15 @@ def run_fair(
     max_cells: int = 0, only: str = "", stop_after: float = 0, emulated_bf16: bool = False
 ) -> None:
     """The fair grid's missing cells (``fair.pending``). Its cells train in bf16 autocast
-    (``fair._fixed``); on an x86 CPU without bf16 arithmetic PyTorch emulates it, a cell
-    takes many times as long (13x a step on an AVX2-only CPU), so the runner refuses to
-    start there unless ``emulated_bf16`` says to."""
+    (``fair._fixed``); on an x86 CPU without bf16 arithmetic PyTorch emulates it (13 times
+    fp32's time for a step on an AVX2-only CPU), so the runner refuses to start on such a
+    CPU, where no GPU trains the cells, unless ``emulated_bf16`` says to."""
+    import torch
+
     from vsekit.runtime.precision import cpu_info, cpu_name
 
-    if cpu_info().emulated_bf16 and not emulated_bf16:
+    # (a CUDA host trains the cells on its GPU, whatever its CPU)
+    if cpu_info().emulated_bf16 and not torch.cuda.is_available() and not emulated_bf16:
         raise SystemExit(
             f"claims.py --run fair: the fair cells train in bf16, which this CPU ({cpu_name()}, "
             "no AVX512_BF16) emulates at many times fp32's cost; run the grid on a CPU with "

@@ -44,8 +44,8 @@ def warn_emulated_bf16(precision: str, device: torch.device, cpu: CpuInfo) -> No
     if precision == "bf16" and device.type == "cpu" and cpu.emulated_bf16:
         warnings.warn(
             "train.precision: bf16 on an x86 CPU without AVX512_BF16: PyTorch emulates bf16 "
-            "here, and training runs many times slower than fp32 (13x a step on an AVX2 "
-            "CPU); set train.precision: fp32 for speed",
+            "here, and training can be much slower than fp32 (13x a GRU training step on an "
+            "AVX2-only AMD EPYC); set train.precision: fp32 for speed",
             RuntimeWarning,
             stacklevel=3,
         )

@@ -23,6 +23,22 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+#: the image graphs that printed the README's outputs (as the README says: a CPU that runs
+#: the int8 graphs, such as an x86 CPU with VNNI)
+SHOWN_PRECISION = "int8"
+#: how far a shown score may move where the other graphs run: the fp32 graphs' scores
+#: differ from those shown by up to 0.015 (a search score) on an AVX2-only CPU
+OTHER_PRECISION_TOLERANCE = 0.02
+
+
+def score_tolerance(same: float) -> float:
+    """``same`` where this CPU runs the graphs the README's outputs came from, else the
+    looser bound of the other precision (the photos, sentences and order stay exact)."""
+    from vsekit.bundle import bundle_dir, read_onnx_meta
+    from vsekit.runtime.precision import choose_precision, cpu_info
+
+    here = choose_precision(read_onnx_meta(bundle_dir("default")), cpu_info()).image
+    return same if here == SHOWN_PRECISION else OTHER_PRECISION_TOLERANCE
 
 
 def blocks(section: str, lang: str) -> list[str]:
@@ -102,7 +118,9 @@ def test_quickstart_commands_run_as_written(user_env) -> None:
         outputs.append(done.stdout)
     assert any('"precision"' in o for o in outputs)  # /health says what runs
     # the output the README shows is what the command printed: the same photos in the
-    # same order, scores to 0.01 (every install writes the same graphs)
+    # same order, scores to 0.01 (every install writes the same graphs) where this CPU
+    # runs the graphs that printed it
+    tol = score_tolerance(0.01)
     for text in shown:
         first, *want = text.strip().splitlines()
         cmd = first.removeprefix("$ ")
@@ -113,7 +131,7 @@ def test_quickstart_commands_run_as_written(user_env) -> None:
             g_cue, g_score, g_rest = _hit_line(g)
             w_cue, w_score, w_rest = _hit_line(w)
             same = Path(g_rest).name == Path(w_rest).name  # the clone's folder differs
-            assert same and abs(float(g_score) - float(w_score)) <= 0.01, (g, w)
+            assert same and abs(float(g_score) - float(w_score)) <= tol, (g, w)
             assert g_cue == w_cue, (g, w)
 
 
@@ -133,11 +151,12 @@ def test_python_example_runs_as_written(user_env) -> None:
                          capture_output=True, text=True, check=True)  # fmt: skip
     lines, want = out.stdout.splitlines(), shown.splitlines()
     assert len(lines) == len(want)
+    tol = score_tolerance(0.005) + 1e-9  # (printed to 3 decimals)
     for got, w in zip(lines[:2], want[:2], strict=True):  # each photo's sentence, its score
         assert got.rsplit(" (", 1)[0] == w.rsplit(" (", 1)[0]
-        assert abs(float(got.rsplit("(", 1)[1][:-1]) - float(w.rsplit("(", 1)[1][:-1])) <= 0.005
+        assert abs(float(got.rsplit("(", 1)[1][:-1]) - float(w.rsplit("(", 1)[1][:-1])) <= tol
     ranked = np.array([[float(v) for v in ln.strip(" []").split()] for ln in lines[2:4]])
     shown_ranked = np.array([[float(v) for v in ln.strip(" []").split()] for ln in want[2:4]])
-    assert np.abs(ranked - shown_ranked).max() <= 0.005
+    assert np.abs(ranked - shown_ranked).max() <= tol
     # the pool's best caption and the tags: the same words (their scores move a little)
     assert [ln.split("'")[1:2] for ln in lines[4:]] == [ln.split("'")[1:2] for ln in want[4:]]

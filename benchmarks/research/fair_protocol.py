@@ -111,6 +111,8 @@ table reads epoch times from CPU cells only. From 2026-11-29 the runner refuses 
 on an x86 CPU without AVX512_BF16 (``--emulated-bf16`` overrides): PyTorch emulates bf16
 there, and a GRU training step took 13 times fp32's on an AVX2-only AMD EPYC
 (``benchmarks/bf16_train.json``). Every CPU cell before then trained with AVX512_BF16.
+Training such a machine's cells in fp32 instead was measured (``precision_pairs.py``) and
+not adopted: its fp32 runs scored below their bf16 cells on dev.
 
 **The order similarity's gradient** (added on 2026-11-27). From the commit that adds
 ``_OrderWithGrad`` to ``vsekit.lab.similarity``, the SOE, MOE and POE cells train with a

@@ -13,8 +13,8 @@ that it doesn't"):
 
 Speed depends on the CPU: with AVX512_BF16 the products run in hardware; without it
 PyTorch emulates bf16. ``--speed`` times the steps alone, on this CPU, and adds them to
-the JSON's ``step_speed_by_cpu`` (one entry per CPU model and bf16 kind, with the
-machine's flags), leaving the rest as recorded.
+the JSON's ``step_speed_by_cpu`` (one entry per CPU model and flag set, the
+flags recorded), leaving the rest as recorded.
 
 Run: python benchmarks/bf16_train.py [--train | --speed]   (nothing else on the CPU)
 Writes benchmarks/bf16_train.json.

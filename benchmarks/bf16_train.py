@@ -4,17 +4,20 @@ Protocol (issue: retrieval quality, "use bf16 where it costs no accuracy, and me
 that it doesn't"):
 
 1. Speed: the GRU member's recipe (``configs/flickr8k-recommended.yaml``, batch 128, the
-   max-of-hinges loss), one model, the same real batches; training steps (forward, loss,
-   backward, Adam) timed in blocks of 5, fp32 and bf16 alternating, 6 rounds after a
-   warm-up; median ms per step, and the ratio, from the same run.
+   max-of-hinges loss), one model per variant, the same real batches; training steps
+   (forward, loss, backward, Adam) timed in blocks of 5, the variants in rotating order,
+   6 rounds after a warm-up; median ms per step, and the ratios, from the same run. The
+   variants (``VARIANTS``): fp32; bf16 autocast in PyTorch's bf16 kernels; bf16 autocast
+   with its GEMMs in fp32 kernels (``vsekit.lab.train.bf16``, entries from 2026-11-29 on).
 2. Accuracy: the ``benchmarks/ensembles.py`` GRU member ``gru-s0`` trained again with
    ``train.precision: bf16`` (``gru-bf16-s0``), epochs chosen on the same carved slice;
    both scored on the 1,000 dev images (2-crop store rows) and 5,000 captions.
 
 Speed depends on the CPU: with AVX512_BF16 the products run in hardware; without it
-PyTorch emulates bf16. ``--speed`` times the steps alone, on this CPU, and adds them to
-the JSON's ``step_speed_by_cpu`` (one entry per CPU model and flag set, the
-flags recorded), leaving the rest as recorded.
+PyTorch emulates bf16, and ``vse train`` runs the fp32-kernel variant instead.
+``--speed`` times the steps alone, on this CPU, and adds them to the JSON's
+``step_speed_by_cpu`` (one entry per CPU model and flag set, the flags recorded), leaving
+the rest as recorded.
 
 Run: python benchmarks/bf16_train.py [--train | --speed]   (nothing else on the CPU)
 Writes benchmarks/bf16_train.json.
@@ -39,6 +42,7 @@ from ensembles import RUNS, metrics  # noqa: E402
 from vsekit.lab.data import load_dataset  # noqa: E402
 from vsekit.lab.features.store import FeatureStore  # noqa: E402
 from vsekit.lab.train import load_config  # noqa: E402
+from vsekit.lab.train.bf16 import gemm_context  # noqa: E402
 from vsekit.lab.train.config import apply_overrides  # noqa: E402
 from vsekit.lab.train.export import model_from_run  # noqa: E402
 from vsekit.lab.train.features import image_features  # noqa: E402
@@ -51,6 +55,11 @@ F8K = ROOT.parent / "shared" / "data" / "flickr8k"
 CONFIG = "configs/flickr8k-recommended.yaml"
 
 
+#: fp32; bf16 autocast in PyTorch's bf16 kernels; bf16 autocast with its GEMMs in fp32
+#: kernels (``vsekit.lab.train.bf16``, what ``vse train`` runs where bf16 is emulated)
+VARIANTS = ("fp32", "bf16", "bf16-fp32-gemms")
+
+
 def step_times(rounds: int = 6, block: int = 5) -> dict:
     cfg = apply_overrides(load_config(ROOT / CONFIG), ["data.val_from_train=500"])
     data = load_train_data(cfg, progress=False)
@@ -59,11 +68,11 @@ def step_times(rounds: int = 6, block: int = 5) -> dict:
     batches = data.epoch_batches(cfg.train.captions, cfg.train.batch_size, rng)
     loss_fn = trainer._loss("max")
     models = {}
-    for p in ("fp32", "bf16"):
+    for p in VARIANTS:
         torch.manual_seed(0)
         m = data.new_model(cfg.model)
         models[p] = (m, make_optimizer(m, cfg.train))
-    times: dict[str, list[float]] = {"fp32": [], "bf16": []}
+    times: dict[str, list[float]] = {p: [] for p in VARIANTS}
     k = 0
 
     def run(p: str, n: int) -> float:
@@ -74,23 +83,25 @@ def step_times(rounds: int = 6, block: int = 5) -> dict:
         for _ in range(n):
             b = batches[k % len(batches)]
             k += 1
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=p == "bf16"):
-                loss = data.batch_loss(m, loss_fn, b)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
+            with gemm_context("fp32" if p == "bf16-fp32-gemms" else "native"):
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=p != "fp32"):
+                    loss = data.batch_loss(m, loss_fn, b)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
             opt.step()
         return (time.perf_counter() - t0) / n
 
     for p in times:  # warm-up
         run(p, 3)
     for r in range(rounds):
-        for p in ("fp32", "bf16") if r % 2 == 0 else ("bf16", "fp32"):
+        for p in VARIANTS[r % len(VARIANTS) :] + VARIANTS[: r % len(VARIANTS)]:  # rotating
             times[p].append(run(p, block))
     med = {p: 1000 * float(np.median(v)) for p, v in times.items()}
     return {"ms_per_step_median": {p: round(v, 1) for p, v in med.items()},
             "ms_per_step_min": {p: round(1000 * min(v), 1) for p, v in times.items()},
-            "speedup": round(med["fp32"] / med["bf16"], 2), "rounds": rounds,
-            "steps_per_block": block, "batch_size": cfg.train.batch_size,
+            "speedup": round(med["fp32"] / med["bf16"], 2),
+            "speedup_fp32_gemms": round(med["fp32"] / med["bf16-fp32-gemms"], 2),
+            "rounds": rounds, "steps_per_block": block, "batch_size": cfg.train.batch_size,
             "threads": torch.get_num_threads()}  # fmt: skip
 
 

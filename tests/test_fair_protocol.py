@@ -749,31 +749,24 @@ def test_a_cell_without_a_curve_gets_one_from_its_run_or_the_recorded_starts(tmp
     assert written["kept"]["added"][0]["from"].startswith("moe_start.json")
 
 
-def test_the_fair_runner_refuses_a_cpu_that_emulates_bf16_unless_told(monkeypatch):
+def test_a_fair_cell_records_the_kernels_its_bf16_gemms_ran_in(monkeypatch):
+    """On a CPU that would emulate bf16 the cells' GEMMs run in fp32 kernels
+    (``vsekit.lab.train.bf16``); the record says so, and says ``native`` elsewhere."""
+    import torch
     from research import runner
 
     from vsekit.runtime.precision import CpuInfo
 
-    started = []
-    monkeypatch.setattr(runner, "ensure_fair_store", lambda: started.append("store"))
-    monkeypatch.setattr(runner, "run_grid", lambda *a: started.append("grid"))
     avx2 = CpuInfo("x86_64", frozenset({"AVX2", "FMA3"}))
     bf16 = CpuInfo("x86_64", frozenset({"AVX2", "AVX512F", "AVX512BF16"}))
+    cfg = {"train.precision": "bf16"}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr("vsekit.runtime.precision.cpu_info", lambda: avx2)
-    with pytest.raises(SystemExit, match="no AVX512_BF16.*--emulated-bf16"):
-        runner.run_fair()
-    assert started == []  # nothing built, nothing trained
-    runner.run_fair(emulated_bf16=True)
-    assert started == ["store", "grid"]
-    import torch
-
-    with monkeypatch.context() as m:  # a GPU host trains on its GPU: not refused
-        m.setattr(torch.cuda, "is_available", lambda: True)
-        runner.run_fair()
-    assert started == ["store", "grid"] * 2
+    assert runner.bf16_gemms(cfg) == "fp32"
+    assert runner.bf16_gemms({"train.precision": "fp32"}) == "native"
+    assert runner.bf16_gemms(cfg | {"train.device": "cuda"}) == "native"
     monkeypatch.setattr("vsekit.runtime.precision.cpu_info", lambda: bf16)
-    runner.run_fair()
-    assert started == ["store", "grid"] * 3
+    assert runner.bf16_gemms(cfg) == "native"
 
 
 @pytest.mark.parametrize("index", [0, 3, 4])  # fc7-sh, fne-ph (a curriculum row), fne-mh

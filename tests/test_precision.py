@@ -49,24 +49,6 @@ def test_bf16_counts_as_emulated_on_x86_without_avx512_bf16_only() -> None:
     assert not ARM.emulated_bf16  # not judged: no other architecture was measured
 
 
-def test_bf16_training_on_an_emulating_cpu_warns_and_nothing_else_does() -> None:
-    import warnings
-
-    import torch
-
-    from vsekit.lab.train.trainer import warn_emulated_bf16
-
-    native = CpuInfo("x86_64", frozenset({"AVX2", "AVX512F", "AVX512BF16"}))
-    cpu, gpu = torch.device("cpu"), torch.device("cuda")
-    with pytest.warns(RuntimeWarning, match="without AVX512_BF16.*train.precision: fp32"):
-        warn_emulated_bf16("bf16", cpu, AVX2)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        for precision, device, info in [("fp32", cpu, AVX2), ("bf16", cpu, native),
-                                        ("bf16", gpu, AVX2), ("bf16", cpu, ARM)]:  # fmt: skip
-            warn_emulated_bf16(precision, device, info)
-
-
 def test_this_cpu_is_read_from_its_own_report() -> None:
     from numpy._core._multiarray_umath import __cpu_features__
 

@@ -106,23 +106,28 @@ def test_bf16_autocast_trains_to_the_same_recall(tmp_path):
         validate(small_cfg(precision="fp16"))
 
 
-def test_a_trainer_asked_for_bf16_on_a_cpu_that_emulates_it_warns(tmp_path, monkeypatch):
-    import warnings
-
+def test_bf16_on_a_cpu_that_emulates_it_trains_in_fp32_gemms_to_the_same_model(
+    tmp_path, monkeypatch
+):
+    """Where bf16 would be emulated, the Trainer's GEMMs reach PyTorch's fp32 kernels
+    (``lab.train.bf16``), and the run ends where PyTorch's bf16 kernels take it."""
+    from tests.test_bf16 import Kernels
     from vsekit.lab.train import trainer as trainer_module
     from vsekit.runtime.precision import CpuInfo
 
     avx2 = CpuInfo("x86_64", frozenset({"AVX2", "FMA3"}))
-    bf16 = CpuInfo("x86_64", frozenset({"AVX2", "AVX512F", "AVX512BF16"}))
-    data = make_data()
-    monkeypatch.setattr(trainer_module, "cpu_info", lambda: avx2)
-    with pytest.warns(RuntimeWarning, match="emulates bf16"):
-        Trainer(small_cfg(precision="bf16"), data, tmp_path / "a", progress=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        Trainer(small_cfg(precision="fp32"), data, tmp_path / "b", progress=False)
-        monkeypatch.setattr(trainer_module, "cpu_info", lambda: bf16)
-        Trainer(small_cfg(precision="bf16"), data, tmp_path / "c", progress=False)
+    native = CpuInfo("x86_64", frozenset({"AVX2", "AVX512F", "AVX512BF16"}))
+    data, runs = make_data(), {}
+    for name, cpu in (("emulating", avx2), ("native", native)):
+        monkeypatch.setattr(trainer_module, "cpu_info", lambda cpu=cpu: cpu)
+        trainer = Trainer(small_cfg(precision="bf16"), data, tmp_path / name, progress=False)
+        with Kernels() as kernels:
+            runs[name] = (trainer.gemm_kernels, trainer.fit()["best_metrics"], kernels.dtypes)
+    assert runs["emulating"][0] == "fp32" and runs["native"][0] == "native"
+    assert torch.bfloat16 not in runs["emulating"][2]
+    assert torch.bfloat16 in runs["native"][2]
+    fast, ref = runs["emulating"][1], runs["native"][1]
+    assert abs(fast["rsum"] - ref["rsum"]) <= 5, (fast, ref)  # two of the 40 queries' R@1
 
 
 def test_resumed_run_equals_uninterrupted(tmp_path):

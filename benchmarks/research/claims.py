@@ -37,9 +37,6 @@ def main() -> None:
     )
     ap.add_argument("--stop-after", type=float, default=0, metavar="MIN",
                     help="start no cell after this many minutes (0: no limit)")  # fmt: skip
-    ap.add_argument("--emulated-bf16", action="store_true",
-                    help="train the fair grid even on a CPU without bf16 arithmetic "
-                    "(emulated: many times slower)")  # fmt: skip
     ap.add_argument("--add-lengths", action="store_true",
                     help="add recall by caption length to the recorded cells of the "
                     "regression report's rows that lack it (from their runs)")  # fmt: skip
@@ -71,7 +68,7 @@ def main() -> None:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return
     if args.run == "fair":
-        runner.run_fair(args.max_cells, args.only, args.stop_after, args.emulated_bf16)
+        runner.run_fair(args.max_cells, args.only, args.stop_after)
     elif args.run == "first":
         runner.run_first(args.max_cells, args.only)
     report.write(protocol.load_cells(), protocol.load_cells(fair.CELLS))

@@ -16,11 +16,11 @@ The fair grid (``fair_protocol.py``) runs in the background, niced, one runner:
     nohup nice -n 19 .venv/bin/python benchmarks/research/claims.py --run fair \\
         > ~/.cache/vsekit/claims/fair-runner.log 2>&1 &
 
-It refuses an x86 CPU without AVX512_BF16, where the cells' bf16 autocast is emulated
-(``--emulated-bf16`` overrides). It builds the 2-crop ResNet-50 store first if it is
-missing; the build records its own time (``seconds`` in the store's ``progress.json``),
-which varies with the CPU. To stop
-it, kill its process id (``kill PID``; its trainer gets SIGTERM as it dies, and the cell's
+On an x86 CPU without AVX512_BF16 the cells' bf16 GEMMs run in fp32 kernels on the same
+bf16 values (``vsekit.lab.train.bf16``; each cell records ``bf16_gemms``). It builds the
+2-crop ResNet-50 store first if it is missing; the build records its own time
+(``seconds`` in the store's ``progress.json``), which varies with the CPU. To stop it,
+kill its process id (``kill PID``; its trainer gets SIGTERM as it dies, and the cell's
 lock lasts until the trainer has exited); the same command resumes: the cell it was
 training resumes from its last finished epoch. Its cells land in
 ``benchmarks/research/cells_fair/``; commit them, and regenerate the report
@@ -235,6 +235,7 @@ def run_fair_cell(cell: fair.FairCell | fair.InstCell) -> dict:
         "date": dt.date.today().isoformat(),
         "git_commit": commit,
         "machine": machine(),
+        "bf16_gemms": bf16_gemms(settings),
         "store_sha256": store,
         "train_seconds": round(seconds, 1),
         # this runner's part only: a resumed run's earlier part is in train_seconds
@@ -437,26 +438,27 @@ def run_grid(
               f"({rec['wall_seconds']:.0f} s)", flush=True)  # fmt: skip
 
 
-def run_fair(
-    max_cells: int = 0, only: str = "", stop_after: float = 0, emulated_bf16: bool = False
-) -> None:
+def run_fair(max_cells: int = 0, only: str = "", stop_after: float = 0) -> None:
     """The fair grid's missing cells (``fair.pending``). Its cells train in bf16 autocast
-    (``fair._fixed``); on an x86 CPU without bf16 arithmetic PyTorch emulates it (13 times
-    fp32's time for a step on an AVX2-only CPU), so the runner refuses to start on such a
-    CPU, where no GPU trains the cells, unless ``emulated_bf16`` says to."""
-    import torch
-
-    from vsekit.runtime.precision import cpu_info, cpu_name
-
-    # (a CUDA host trains the cells on its GPU, whatever its CPU)
-    if cpu_info().emulated_bf16 and not torch.cuda.is_available() and not emulated_bf16:
-        raise SystemExit(
-            f"claims.py --run fair: the fair cells train in bf16, which this CPU ({cpu_name()}, "
-            "no AVX512_BF16) emulates at many times fp32's cost; run the grid on a CPU with "
-            "AVX512_BF16, or pass --emulated-bf16 to train here anyway"
-        )
+    (``fair._fixed``); on a CPU without bf16 arithmetic their GEMMs run in fp32 kernels
+    on the same bf16 values (``vsekit.lab.train.bf16``), which each cell records."""
     ensure_fair_store()
     run_grid(fair.pending, run_fair_cell, FAIR_CELLS, max_cells, only, stop_after)
+
+
+def bf16_gemms(settings: dict[str, object]) -> str:
+    """The kernels the bf16 GEMMs of a run trained with ``settings`` (``vse train --set``
+    keys) ran in on this machine: ``fp32`` (``vsekit.lab.train.bf16``, on a CPU that
+    would emulate bf16) or ``native``."""
+    import torch
+
+    from vsekit.lab.train.bf16 import gemm_kernels
+    from vsekit.runtime.precision import cpu_info
+
+    device = settings.get("train.device") or ("cuda" if torch.cuda.is_available() else "cpu")
+    return gemm_kernels(
+        str(settings.get("train.precision", "fp32")), torch.device(device), cpu_info()
+    )
 
 
 def run_first(max_cells: int = 0, only: str = "") -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -31,24 +30,12 @@ from vsekit.lab.features.store import StoreError
 from vsekit.lab.losses import create_loss, loss_options
 from vsekit.lab.models.factory import create_model
 from vsekit.lab.train import checkpoint as ckpt
+from vsekit.lab.train.bf16 import gemm_context, gemm_kernels
 from vsekit.lab.train.config import ExperimentConfig
 from vsekit.lab.train.distributed import from_env
 from vsekit.lab.train.retrieval_data import TrainData, load_train_data
 from vsekit.lab.train.tuned import load_tuned_data, tuned_model
-from vsekit.runtime.precision import CpuInfo, cpu_info
-
-
-def warn_emulated_bf16(precision: str, device: torch.device, cpu: CpuInfo) -> None:
-    """Warn (once, at the start) that ``train.precision: bf16`` on a CPU without bf16
-    arithmetic runs emulated, slower than fp32. The run still trains in bf16, as asked."""
-    if precision == "bf16" and device.type == "cpu" and cpu.emulated_bf16:
-        warnings.warn(
-            "train.precision: bf16 on an x86 CPU without AVX512_BF16: PyTorch emulates bf16 "
-            "here, and training can be much slower than fp32 (13x a GRU training step on an "
-            "AVX2-only AMD EPYC); set train.precision: fp32 for speed",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+from vsekit.runtime.precision import cpu_info
 
 
 def _device(t) -> torch.device:
@@ -120,7 +107,8 @@ class Trainer:
         if t.threads:
             torch.set_num_threads(t.threads)
         self.device = _device(t)
-        warn_emulated_bf16(t.precision, self.device, cpu_info())
+        #: bf16 GEMMs in fp32 kernels where this CPU would emulate bf16 (``lab.train.bf16``)
+        self.gemm_kernels = gemm_kernels(t.precision, self.device, cpu_info())
         self._hinge = cfg.loss.name in HINGE_LOSSES
         self.dist = from_env(self.device)  # several processes under torchrun
         if self.dist.world > 1 and not getattr(data, "distributed", False):
@@ -417,15 +405,16 @@ class Trainer:
         for b in bar:
             if len(b) < max(2, self.dist.world):
                 continue  # a lone pair has no negatives; every rank needs a row
-            with torch.autocast(
-                self.device.type, dtype=torch.bfloat16, enabled=t.precision == "bf16"
-            ):
-                if self.dist.world > 1:
-                    loss = self.data.batch_loss(model, loss_fn, b, self.dist, self._forward)
-                else:
-                    loss = self.data.batch_loss(model, loss_fn, b)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
+            with gemm_context(self.gemm_kernels):
+                with torch.autocast(
+                    self.device.type, dtype=torch.bfloat16, enabled=t.precision == "bf16"
+                ):
+                    if self.dist.world > 1:
+                        loss = self.data.batch_loss(model, loss_fn, b, self.dist, self._forward)
+                    else:
+                        loss = self.data.batch_loss(model, loss_fn, b)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
             if t.grad_clip:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
             opt.step()

@@ -16,7 +16,7 @@ that it doesn't"):
 Speed depends on the CPU: with AVX512_BF16 the products run in hardware; without it
 PyTorch emulates bf16, and ``vse train`` runs the fp32-kernel variant instead.
 ``--speed`` times the steps alone, on this CPU, and adds them to the JSON's
-``step_speed_by_cpu`` (one entry per CPU model and flag set, the flags recorded), leaving
+``step_speed_by_cpu`` (one entry per CPU model, flag set and set of variants), leaving
 the rest as recorded.
 
 Run: python benchmarks/bf16_train.py [--train | --speed]   (nothing else on the CPU)
@@ -112,7 +112,7 @@ def train_bf16() -> None:
 
 def add_speed(path: Path, speed: dict[str, object]) -> dict[str, object]:
     """``path``'s record with this CPU's step times in ``step_speed_by_cpu``, replacing
-    an entry of the same CPU model and flags (the top-level ``step_speed`` is the
+    an entry of the same CPU model, flags and variants (the top-level ``step_speed`` is the
     ``--train`` run's, on an AMD EPYC whose docstring named AVX-512 BF16, recorded before
     the flags were)."""
     from _common import machine
@@ -124,8 +124,8 @@ def add_speed(path: Path, speed: dict[str, object]) -> dict[str, object]:
              "bf16": "emulated" if cpu_info().emulated_bf16 else "native",
              "command": "python benchmarks/bf16_train.py --speed", **speed}  # fmt: skip
 
-    def key(e: dict) -> tuple:
-        return e["machine"]["cpu"], tuple(e["machine"]["cpu_flags"])
+    def key(e: dict) -> tuple:  # (entries before 2026-11-29 timed two variants, not three)
+        return e["machine"]["cpu"], tuple(e["machine"]["cpu_flags"]), tuple(e["ms_per_step_median"])
 
     kept = [e for e in out.get("step_speed_by_cpu", []) if key(e) != key(entry)]
     out["step_speed_by_cpu"] = [*kept, entry]

@@ -107,12 +107,18 @@ in place of ``recipe``, and also ``dev_last`` and ``order_stats`` (``scoring.sco
 included, from what ``portable.py`` carries (ternary-FNE cells only: ``pooled.f32`` does
 not travel), under the same settings, ``train.precision`` bf16 included. It records that
 machine; the search and the seeds take its scores like any other cell's, and the rows
-table reads epoch times from CPU cells only. From 2026-11-29 the runner refuses to start
-on an x86 CPU without AVX512_BF16 (``--emulated-bf16`` overrides): PyTorch emulates bf16
-there, and a GRU training step took 13 times fp32's on an AVX2-only AMD EPYC
-(``benchmarks/bf16_train.json``). Every CPU cell before then trained with AVX512_BF16.
+table reads epoch times from CPU cells only. On 2026-11-29 the runner refused for a
+while to start on an x86 CPU without AVX512_BF16: PyTorch emulates bf16 there, and a GRU
+training step took 13 times fp32's on an AVX2-only AMD EPYC
+(``benchmarks/bf16_train.json``); every CPU cell before then trained with AVX512_BF16.
 Training such a machine's cells in fp32 instead was measured (``precision_pairs.py``) and
-not adopted: its fp32 runs scored below their bf16 cells on dev.
+not adopted: its fp32 runs scored below their bf16 cells on dev. From the commit that adds
+``vsekit.lab.train.bf16`` (2026-11-29), such a CPU trains the cells in bf16 autocast with
+their GEMMs in fp32 kernels on the same bf16 operands, rounded to bf16 as a bf16 GEMM
+rounds (exact products, fp32 sums: the arithmetic of a bf16 kernel, in another order;
+``tests/test_bf16.py`` checks it against PyTorch's bf16 kernels on the CPU that runs the
+tests), at about fp32's speed. Each cell records which kernels ran (``bf16_gemms``:
+``fp32`` or ``native``).
 
 **The order similarity's gradient** (added on 2026-11-27). From the commit that adds
 ``_OrderWithGrad`` to ``vsekit.lab.similarity``, the SOE, MOE and POE cells train with a

@@ -37,7 +37,8 @@ EXACT_INT8_X86 = ("AVX512VNNI", "AVX512_CLX")
 #: x86 features with bf16 arithmetic in hardware (the dot products of AVX512_BF16; CPUs with
 #: AMX report it too). Without them PyTorch's CPU kernels emulate bf16: converting each
 #: operand to float32 and back costs more than the narrower type saves (a bf16 training
-#: step ran 13x slower than fp32 on an AVX2-only AMD EPYC; ``benchmarks/bf16_train.json``).
+#: step ran 13x slower than fp32 on an AVX2-only AMD EPYC; ``benchmarks/bf16_train.json``),
+#: so training runs bf16's GEMMs in fp32 kernels there (``vsekit.lab.train.bf16``).
 NATIVE_BF16_X86 = ("AVX512BF16",)
 #: the features ``vse doctor`` and the benchmarks report
 REPORTED = ("AVX2", "FMA3", "AVX512F", "AVX512BW", "AVX512VNNI", "AVX512BF16", "AVX512FP16",

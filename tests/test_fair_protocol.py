@@ -816,4 +816,41 @@ def test_the_precision_pairs_summary_counts_differences_against_the_seed_spread(
     s = pp.summary(pairs)
     assert s == {"pairs": 2, "dev_difference_mean": -3.25, "same_store": 1,
                  "dev_difference_std": 9.55, "row_seed_std_mean": 2.5,
-                 "within_2_seed_std": 1}  # fmt: skip
+                 "within_2_seed_std": 1, "bf16_here_pairs": 0}  # fmt: skip
+    runs = [(p | {"bf16": {"dev": 280.0}, "fp32": {"dev": 280.0 + p["dev_difference"]}},
+             {"dev": 281.0 + i}) for i, p in enumerate(pairs)]  # fmt: skip
+    here = [pp.with_bf16_here(pair, run) for pair, run in runs]
+    assert [(p["machine_difference"], p["precision_difference"]) for p in here] == [
+        (1.0, 2.5), (2.0, -12.0)]  # fmt: skip
+    s = pp.summary(here)
+    assert s["bf16_here_pairs"] == 2 and s["machine_difference_mean"] == 1.5
+    assert s["precision_difference_mean"] == -4.75 and s["precision_difference_std"] == 10.25
+
+
+def test_a_bf16_run_here_trains_the_recorded_cells_own_config(tmp_path, monkeypatch):
+    import json
+
+    from research import precision_pairs as pp
+    from research import runner
+    from research.protocol import load_cells
+
+    from vsekit.lab.train import load_config
+    from vsekit.lab.train.config import apply_overrides
+
+    done = load_cells(fair.CELLS)
+    name = pp.PAIRS[3]  # fne-ph: a curriculum row
+    rec, seen = done[name], {}
+    monkeypatch.setattr(pp, "RUNS", tmp_path)
+    monkeypatch.setattr(pp, "train_run", lambda run, cfg, sets, root, **kw: seen.update(
+        run=run, cfg=cfg, sets=sets))  # fmt: skip
+    monkeypatch.setattr(runner, "run_log", lambda r: ([{"epoch": 0, "seconds": 60.0}], [], 60.0))
+    monkeypatch.setattr(pp.scoring, "score", lambda c, r: {"slice": {"rsum": 349.0},
+                                                            "dev": {"rsum": 281.0}})  # fmt: skip
+    monkeypatch.setattr(runner, "store_digest", lambda: {"fne.i8": "b"})
+    here = pp.train_here(name, done, "bf16")
+    assert seen["run"] == tmp_path / f"bf16here-{name}" and here["dev"] == 281.0
+    cfg = apply_overrides(load_config(runner.ROOT / seen["cfg"]), seen["sets"]).to_dict()
+    want = json.loads(json.dumps(rec["config"]))
+    want["train"]["patience_from"] = want["train"].get("patience_from")  # (older records lack it)
+    assert json.loads(json.dumps(cfg)) == want  # precision bf16 included
+    assert here["bf16_gemms"] in ("fp32", "native")

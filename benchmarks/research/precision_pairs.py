@@ -4,8 +4,9 @@ emulates bf16, land where the recorded bf16 cells of its row do?
 The fair protocol fixes ``train.precision`` bf16 (``fair_protocol.py``), which an x86 CPU
 without AVX512_BF16 emulates at 13 times fp32's cost (``benchmarks/bf16_train.json``), so
 for a while such a machine trained no cell of the grid. Before any amendment could let it
-train them in fp32, this measured what that would change. For each cell in ``PAIRS`` (a recorded seed of
-a row's chosen recipe, from rows whose seeds have all run), the same settings with
+train them in fp32, this measured what that would change. For each cell in ``PAIRS`` (a
+recorded seed of a row's chosen recipe, from rows whose seeds have all run), the same
+settings with
 ``train.precision=fp32``, trained on this machine and its own store build (a store built
 on another CPU may differ in its float rounding: each pair records this store's digest,
 the bf16 cell's where it has one, and whether they are the same), in

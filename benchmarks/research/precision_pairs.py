@@ -6,10 +6,9 @@ without AVX512_BF16 emulates at 13 times fp32's cost (``benchmarks/bf16_train.js
 for a while such a machine trained no cell of the grid. Before any amendment could let it
 train them in fp32, this measured what that would change. For each cell in ``PAIRS`` (a
 recorded seed of a row's chosen recipe, from rows whose seeds have all run), the same
-settings with
-``train.precision=fp32``, trained on this machine and its own store build (a store built
-on another CPU may differ in its float rounding: each pair records this store's digest,
-the bf16 cell's where it has one, and whether they are the same), in
+settings with ``train.precision=fp32``, trained on this machine and its own store build
+(a store built on another CPU may differ in its float rounding: each pair records this
+store's digest, the bf16 cell's where it has one, and whether they are the same), in
 ``RUNS/fp32-<cell>``, and scored as the runner scores a cell: the slice and dev at the
 slice's best epoch (``scoring.score``). Each pair sets the fp32 run's dev rsum against the
 bf16 cell's, and against the spread of the row's recorded seeds (the scale a difference

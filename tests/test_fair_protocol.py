@@ -482,6 +482,13 @@ def test_the_fastest_epoch_is_read_per_cpu_model_once_the_grid_ran_on_two():
     done[names[2]] = done[names[2]] | {"epoch_seconds": [None] * 12 + [29.0]}
     text = "\n".join(fair_report.section(done))
     assert "| 40 s (AMD EPYC); 29 s (Intel Xeon Processor) | 13-13 |" in text
+    # the same model name without AVX512_BF16 (bf16 GEMMs in fp32 kernels) is timed apart
+    for n in names[1:]:
+        done[n] = done[n] | {"machine": {"cpu": "AMD EPYC"}, "bf16_gemms": "fp32",
+                             "epoch_seconds": [95.0] * 13}  # fmt: skip
+    text = "\n".join(fair_report.section(done))
+    assert "| 40 s (AMD EPYC); 95 s (AMD EPYC (bf16 in fp32 GEMMs)) | 13-13 |" in text
+    assert f"| {names[1]} |" in text and "min (bf16 in fp32 GEMMs) |" in text
 
 
 def test_the_cells_table_names_the_store_each_cell_read():

@@ -39,6 +39,7 @@ def _epoch_loss_of_a_constant_embedding(margin: float, batch: int, rows: int) ->
         progress=False,
         dist=SimpleNamespace(world=1),
         device=torch.device("cpu"),
+        gemm_kernels="native",
         data=SimpleNamespace(batch_loss=batch_loss),
     )
     model = torch.nn.Module()

@@ -184,9 +184,17 @@ def gpu_mark(cell: dict) -> str:
     return f" ({gpu})" if gpu else ""
 
 
+def kernel_mark(cell: dict) -> str:
+    """`` (bf16 in fp32 GEMMs)`` for a cell whose bf16 GEMMs ran in fp32 kernels, on a
+    CPU without AVX512_BF16 (``vsekit.lab.train.bf16``), else nothing."""
+    return " (bf16 in fp32 GEMMs)" if cell.get("bf16_gemms") == "fp32" else ""
+
+
 def cpu_of(cell: dict) -> str:
-    """The CPU model a cell trained on, without trademark marks ("" if not recorded)."""
-    return cell.get("machine", {}).get("cpu", "").replace("(R)", "").replace("(TM)", "")
+    """The CPU model a cell trained on, without trademark marks ("" if not recorded), and
+    its :func:`kernel_mark` (one model name covers CPUs with and without AVX512_BF16)."""
+    cpu = cell.get("machine", {}).get("cpu", "").replace("(R)", "").replace("(TM)", "")
+    return cpu + kernel_mark(cell)
 
 
 def cpu_times(cell: dict) -> list[float]:
@@ -370,6 +378,9 @@ def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list
               "ternary FNE its `fne.i8`, which `portable.py` copies byte for byte). A new "
               "machine otherwise rebuilds the store, and its float rounding may differ from "
               "one CPU to the next. Earlier cells show —.", "",
+              "A train time marked (bf16 in fp32 GEMMs) is a cell trained on a CPU without "
+              "AVX512_BF16, where its bf16 GEMMs ran in fp32 kernels on the same bf16 values "
+              "(`vsekit.lab.train.bf16`, from 2026-11-29).", "",
               "| cell | slice rsum (selects) | dev rsum (reported) | best epoch / epochs run "
               "| lr decays | ended by | train time | commit | store |",
               "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -387,6 +398,6 @@ def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list
         lines.append(f"| {name} | {c['slice']['rsum']:.1f} | {dev:.1f} | "
                      f"{c['best_epoch']} / {c['epochs_run']} | "
                      f"{events.count('lr decay on plateau')} | {ended} | "
-                     f"{c['train_seconds'] / 60:.0f} min{gpu_mark(c)} | "
+                     f"{c['train_seconds'] / 60:.0f} min{gpu_mark(c)}{kernel_mark(c)} | "
                      f"{c['git_commit'][:7]} | {store_id(c)} |")  # fmt: skip
     return lines

@@ -1,4 +1,4 @@
-"""bf16 autocast for training on this CPU (AVX-512 BF16): speed and accuracy.
+"""bf16 autocast for training on a CPU: speed (any CPU) and accuracy (AVX-512 BF16).
 
 Protocol (issue: retrieval quality, "use bf16 where it costs no accuracy, and measure
 that it doesn't"):

@@ -4,6 +4,8 @@ emulation elsewhere."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -32,6 +34,8 @@ def half_ulp(x: torch.Tensor) -> torch.Tensor:
         (torch.addmm, [(256,), (128, 15168), (15168, 256)]),
         (torch.bmm, [(4, 64, 512), (4, 512, 96)]),
         (torch.baddbmm, [(4, 64, 96), (4, 64, 512), (4, 512, 96)]),
+        (torch.mv, [(512, 2048), (2048,)]),
+        (torch.addmv, [(512,), (512, 2048), (2048,)]),
     ],
 )
 def test_each_gemm_gives_what_pytorchs_bf16_kernel_gives(op, shapes) -> None:
@@ -46,7 +50,7 @@ def test_each_gemm_gives_what_pytorchs_bf16_kernel_gives(op, shapes) -> None:
     # each within a bf16 GEMM's error bound: the rounding to bf16, plus fp32 sums of K
     # exact products (at most K * 2^-24 of the sum of their magnitudes)
     exact = op(*(a.double() for a in args))
-    k = args[-1].shape[-2]
+    k = args[-2].shape[-1]  # the summed dimension
     bound = half_ulp(exact) + k * 2.0**-24 * op(*(a.double().abs() for a in args))
     for out in (ref, fast):
         assert bool(((out.double() - exact).abs() <= bound).all())
@@ -57,11 +61,56 @@ def test_each_gemm_gives_what_pytorchs_bf16_kernel_gives(op, shapes) -> None:
 
 def test_other_dtypes_and_ops_pass_through_untouched() -> None:
     a, b = (t.float() for t in operands((64, 256), (256, 32)))
-    with Fp32Gemms():
+    with Kernels() as kernels, Fp32Gemms():
         same = a @ b
         act = torch.tanh(a.to(B16))
     assert torch.equal(same, a @ b) and same.dtype == torch.float32
     assert torch.equal(act, torch.tanh(a.to(B16))) and act.dtype == B16
+    assert kernels.dtypes == [torch.float32]
+    # a mix of bf16 and fp32 is PyTorch's to refuse, with the mode as without it
+    for mode in (contextlib.nullcontext(), Fp32Gemms()):
+        with mode, pytest.raises(RuntimeError, match="dtype"):
+            torch.mm(a.to(B16), b)
+
+
+def test_out_forms_write_their_tensor_and_dot_runs_in_fp32() -> None:
+    a, b = operands((64, 512), (512, 32))
+    ref = torch.mm(a, b)
+    out = torch.empty(0, dtype=B16)
+    with Kernels() as kernels, Fp32Gemms():
+        got = torch.mm(a, b, out=out)
+        dot = torch.dot(a[0], b[:, 0])
+    assert got is out and out.shape == ref.shape and (out == ref).float().mean() >= 0.99
+    assert dot.dtype == B16 and kernels.dtypes == [torch.float32, torch.float32]
+
+
+def test_a_convolution_is_pytorchs_bf16_one_and_its_backward_one_fp32_sum_rounded() -> None:
+    """A ResNet block's 3x3 convolution (the tuned backbone's layers train in bf16). The
+    forward is PyTorch's bf16 kernel's to the bit but for a few outputs. The backward is
+    the exact gradient of the bf16 values summed in fp32 and rounded once, as a kernel
+    that accumulates in fp32 gives it; PyTorch's kernel on a CPU that emulates bf16 may
+    round partial sums too (im2col), so it is held to being no closer to the exact one."""
+    x, w, bias, go = operands((4, 64, 14, 14), (64, 64, 3, 3), (64,), (4, 64, 14, 14))
+    conv = (bias.shape, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    with Kernels() as kernels, Fp32Gemms():
+        y = torch.ops.aten.convolution(x, w, bias, *conv[1:])
+        grads = torch.ops.aten.convolution_backward(go, x, w, *conv, [True, True, True])
+    assert kernels.dtypes == [torch.float32, torch.float32]
+    ref = torch.ops.aten.convolution(x, w, bias, *conv[1:])
+    assert y.dtype == B16 and (y == ref).float().mean() >= 0.99
+    ref_grads = torch.ops.aten.convolution_backward(go, x, w, *conv, [True, True, True])
+    exact = torch.ops.aten.convolution_backward(
+        go.double(), x.double(), w.double(), *conv, [True, True, True]
+    )
+    size = torch.ops.aten.convolution_backward(
+        go.double().abs(), x.double().abs(), w.double().abs(), *conv, [True, True, True]
+    )
+    k = 4 * 14 * 14  # the longest sum (the weights' and the bias's: batch x positions)
+    for got, theirs, e, m in zip(grads, ref_grads, exact, size, strict=True):
+        assert got.dtype == B16 and got.shape == e.shape
+        assert bool(((got.double() - e).abs() <= half_ulp(e) + k * 2.0**-24 * m).all())
+        off, off_ref = ((t.double() - e).abs().mean() for t in (got, theirs))
+        assert off <= 1.05 * off_ref, (off, off_ref)
 
 
 class Kernels(TorchDispatchMode):
@@ -72,9 +121,9 @@ class Kernels(TorchDispatchMode):
         super().__init__()
         self.dtypes: list[torch.dtype] = []
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func in bf16.GEMMS:
-            self.dtypes.append(args[-1].dtype)
+            self.dtypes.append(next(a.dtype for a in args if isinstance(a, torch.Tensor)))
         return func(*args, **(kwargs or {}))
 
 

@@ -861,3 +861,22 @@ def test_a_bf16_run_here_trains_the_recorded_cells_own_config(tmp_path, monkeypa
     want["train"]["patience_from"] = want["train"].get("patience_from")  # (older records lack it)
     assert json.loads(json.dumps(cfg)) == want  # precision bf16 included
     assert here["bf16_gemms"] in ("fp32", "native")
+
+
+def test_a_precision_pair_recorded_again_keeps_its_bf16_run_here(tmp_path, monkeypatch):
+    import json
+
+    from research import precision_pairs as pp
+
+    monkeypatch.setattr(pp, "RUNS", tmp_path)
+    monkeypatch.setattr(pp, "OUT", tmp_path / "pairs.json")
+    monkeypatch.setattr(pp, "machine", lambda: {"cpu": "test"})
+    name = pp.PAIRS[0]
+    pair = {"cell": name, "dev_difference": -1.0, "row_seed_std": 1.0, "same_store": False,
+            "bf16": {"dev": 290.0}, "fp32": {"dev": 289.0}}  # fmt: skip
+    pp.record(name, lambda old: pp.keep_bf16_here(old, pair))
+    pp.record(name, lambda old: pp.with_bf16_here(old, {"dev": 291.0}))
+    assert pp.recorded("bf16") == {name} == pp.recorded("fp32")
+    pp.record(name, lambda old: pp.keep_bf16_here(old, pair | {"dev_difference": -2.0}))
+    (got,) = json.loads((tmp_path / "pairs.json").read_text())["pairs"]
+    assert got["dev_difference"] == -2.0 and got["bf16_here"] == {"dev": 291.0}

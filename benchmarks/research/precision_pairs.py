@@ -137,6 +137,10 @@ def run_pair(name: str, done: dict[str, dict]) -> dict:
     }  # fmt: skip
 
 
+#: what :func:`with_bf16_here` adds to a pair
+BF16_HERE_KEYS = ("bf16_here", "machine_difference", "precision_difference")
+
+
 def with_bf16_here(pair: dict, here: dict) -> dict:
     """``pair`` with its cell trained again here in bf16 (``here``, from
     :func:`train_here`): against the bf16 cell it measures the machine (CPU, store build,
@@ -148,6 +152,12 @@ def with_bf16_here(pair: dict, here: dict) -> dict:
         "machine_difference": round(here["dev"] - pair["bf16"]["dev"], 2),
         "precision_difference": round(pair["fp32"]["dev"] - here["dev"], 2),
     }
+
+
+def keep_bf16_here(old: dict | None, pair: dict) -> dict:
+    """``pair``, a pair's fp32 run, with the bf16 run here of ``old`` (the pair as
+    recorded, if it was), so that a pair run again keeps it."""
+    return pair | {k: v for k, v in (old or {}).items() if k in BF16_HERE_KEYS}
 
 
 def summary(pairs: list[dict]) -> dict:
@@ -218,7 +228,7 @@ def main() -> None:
                 continue
             if args.precision == "fp32":
                 pair = run_pair(name, done)
-                record(name, lambda _old, pair=pair: pair)
+                record(name, lambda old, pair=pair: keep_bf16_here(old, pair))
             else:
                 here = train_here(name, done, "bf16")
                 record(name, lambda old, here=here: with_bf16_here(old, here))

@@ -121,7 +121,8 @@ tests), a GRU step at 1.36 times fp32's time against 17.3 times in PyTorch's bf1
 kernels (``bf16_train.json``). Each cell records which kernels ran (``bf16_gemms``:
 ``fp32`` or ``native``). Recorded cells trained again so on an AVX2-only AMD EPYC
 (``precision_pairs.py --precision bf16``) landed around their AVX-512 cells, -0.18 ± 2.74
-dev rsum over five pairs, where that machine's fp32 runs fell 4.98 ± 2.25 below them.
+dev rsum over five pairs, where that machine's fp32 runs fell 4.98 ± 2.25 below its bf16
+ones.
 
 **The order similarity's gradient** (added on 2026-11-27). From the commit that adds
 ``_OrderWithGrad`` to ``vsekit.lab.similarity``, the SOE, MOE and POE cells train with a

@@ -118,7 +118,7 @@ their GEMMs in fp32 kernels on the same bf16 operands, rounded to bf16 as a bf16
 rounds (exact products, fp32 sums: the arithmetic of a bf16 kernel, in another order;
 ``tests/test_bf16.py`` checks it against PyTorch's bf16 kernels on the CPU that runs the
 tests), a GRU step at 1.36 times fp32's time against 17.3 times in PyTorch's bf16
-kernels (``bf16_train.json``). Each cell records which kernels ran (``bf16_gemms``:
+kernels (one later run, ``bf16_train.json``). Each cell records which kernels ran (``bf16_gemms``:
 ``fp32`` or ``native``). Recorded cells trained again so on an AVX2-only AMD EPYC
 (``precision_pairs.py --precision bf16``) landed around their AVX-512 cells, -0.18 ± 2.74
 dev rsum over five pairs, where that machine's fp32 runs fell 4.98 ± 2.25 below its bf16

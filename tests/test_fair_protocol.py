@@ -774,6 +774,15 @@ def test_a_fair_cell_records_the_kernels_its_bf16_gemms_ran_in(monkeypatch):
     assert runner.bf16_gemms(cfg | {"train.device": "cuda"}) == "native"
     monkeypatch.setattr("vsekit.runtime.precision.cpu_info", lambda: bf16)
     assert runner.bf16_gemms(cfg) == "native"
+    # the run's own log wins over this machine; a run resumed on another kind is mixed
+    fp32, native = {"gemm_kernels": "fp32"}, {"gemm_kernels": "native"}
+    assert runner.bf16_gemms(cfg, [fp32, fp32]) == "fp32"
+    assert runner.bf16_gemms(cfg, [fp32, native]) == "mixed"
+    assert runner.bf16_gemms(cfg, [{}, native]) == "native"  # an epoch logged before
+    assert runner.bf16_gemms(cfg, [{}, fp32]) == "mixed"  # (this machine stands in)
+    assert fair_report.kernel_mark({"bf16_gemms": "mixed"}) == " (bf16 partly in fp32 GEMMs)"
+    assert fair_report.kernel_mark({"bf16_gemms": "fp32"}) == " (bf16 in fp32 GEMMs)"
+    assert fair_report.kernel_mark({"bf16_gemms": "native"}) == ""
 
 
 @pytest.mark.parametrize("index", [0, 3, 4])  # fc7-sh, fne-ph (a curriculum row), fne-mh

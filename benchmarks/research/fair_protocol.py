@@ -119,7 +119,8 @@ rounds (exact products, fp32 sums: the arithmetic of a bf16 kernel, in another o
 ``tests/test_bf16.py`` checks it against PyTorch's bf16 kernels on the CPU that runs the
 tests), a GRU step at 1.36 times fp32's time against 17.3 times in PyTorch's bf16
 kernels (one later run, ``bf16_train.json``). Each cell records which kernels ran (``bf16_gemms``:
-``fp32`` or ``native``). Recorded cells trained again so on an AVX2-only AMD EPYC
+``fp32``, ``native``, or ``mixed`` for a run resumed across kinds of CPU; the trainer logs
+them each epoch). Recorded cells trained again so on an AVX2-only AMD EPYC
 (``precision_pairs.py --precision bf16``) landed around their AVX-512 cells, -0.18 ± 2.74
 dev rsum over five pairs, where that machine's fp32 runs fell 4.98 ± 2.25 below its bf16
 ones.

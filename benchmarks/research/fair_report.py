@@ -186,8 +186,10 @@ def gpu_mark(cell: dict) -> str:
 
 def kernel_mark(cell: dict) -> str:
     """`` (bf16 in fp32 GEMMs)`` for a cell whose bf16 GEMMs ran in fp32 kernels, on a
-    CPU without AVX512_BF16 (``vsekit.lab.train.bf16``), else nothing."""
-    return " (bf16 in fp32 GEMMs)" if cell.get("bf16_gemms") == "fp32" else ""
+    CPU without AVX512_BF16 (``vsekit.lab.train.bf16``), `` (bf16 partly in fp32
+    GEMMs)`` for one resumed across such CPUs and others, else nothing."""
+    marks = {"fp32": " (bf16 in fp32 GEMMs)", "mixed": " (bf16 partly in fp32 GEMMs)"}
+    return marks.get(cell.get("bf16_gemms", ""), "")
 
 
 def cpu_of(cell: dict) -> str:

@@ -108,7 +108,8 @@ def train_here(name: str, done: dict[str, dict], precision: str) -> dict:
             "epochs_run": len(epochs), "best_epoch": best.get("epoch"),
             "train_seconds": round(seconds, 1), "epoch_seconds": runner.epoch_seconds(epochs),
             "wall_seconds": round(time.perf_counter() - t0, 1),
-            "store_sha256": runner.store_digest(), "bf16_gemms": runner.bf16_gemms(settings),
+            "store_sha256": runner.store_digest(),
+            "bf16_gemms": runner.bf16_gemms(settings, epochs),
             "git_commit": commit, "date": dt.date.today().isoformat()}  # fmt: skip
 
 

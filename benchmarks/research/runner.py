@@ -235,7 +235,7 @@ def run_fair_cell(cell: fair.FairCell | fair.InstCell) -> dict:
         "date": dt.date.today().isoformat(),
         "git_commit": commit,
         "machine": machine(),
-        "bf16_gemms": bf16_gemms(settings),
+        "bf16_gemms": bf16_gemms(settings, epochs),
         "store_sha256": store,
         "train_seconds": round(seconds, 1),
         # this runner's part only: a resumed run's earlier part is in train_seconds
@@ -446,10 +446,20 @@ def run_fair(max_cells: int = 0, only: str = "", stop_after: float = 0) -> None:
     run_grid(fair.pending, run_fair_cell, FAIR_CELLS, max_cells, only, stop_after)
 
 
-def bf16_gemms(settings: dict[str, object]) -> str:
-    """The kernels the bf16 GEMMs of a run trained with ``settings`` (``vse train --set``
-    keys) ran in on this machine: ``fp32`` (``vsekit.lab.train.bf16``, on a CPU that
-    would emulate bf16) or ``native``."""
+def bf16_gemms(settings: dict[str, object], epochs: list[dict] | None = None) -> str:
+    """The kernels a run's bf16 GEMMs ran in: ``fp32`` (``vsekit.lab.train.bf16``, on a
+    CPU that would emulate bf16), ``native``, or ``mixed`` (a run resumed on another
+    kind of machine). Each epoch's log names them (``gemm_kernels``); for epochs logged
+    before it did, this machine's answer for ``settings`` (``vse train --set`` keys)
+    stands in."""
+    logged = {e["gemm_kernels"] for e in epochs or () if "gemm_kernels" in e}
+    if epochs is None or any("gemm_kernels" not in e for e in epochs):
+        logged.add(this_machine_gemms(settings))
+    return logged.pop() if len(logged) == 1 else "mixed"
+
+
+def this_machine_gemms(settings: dict[str, object]) -> str:
+    """:func:`vsekit.lab.train.bf16.gemm_kernels` for ``settings`` on this machine."""
     import torch
 
     from vsekit.lab.train.bf16 import gemm_kernels

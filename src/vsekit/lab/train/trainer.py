@@ -277,6 +277,8 @@ class Trainer:
                     "loss": mean_loss,
                     "lr": opt.param_groups[0]["lr"],
                     "seconds": round(state["seconds"], 1),
+                    # where its bf16 GEMMs ran (a resumed run may change machine)
+                    "gemm_kernels": self.gemm_kernels,
                     **metrics,
                 }
             )

@@ -579,7 +579,8 @@ def test_the_runner_resumes_a_run_the_cap_stopped_with_the_higher_cap(tmp_path, 
     given, written = {}, {}
 
     def epoch(e: int) -> dict:  # one line of the trainer's metrics.jsonl
-        return {"epoch": e, "seconds": 60.0 * (e + 1), "phase": "max", "loss": 9.0, "rsum": 1.0}
+        return {"epoch": e, "seconds": 60.0 * (e + 1), "phase": "max", "loss": 9.0, "rsum": 1.0,
+                "gemm_kernels": "native" if e < fair.EPOCH_CAP else "fp32"}  # fmt: skip
 
     def first_run(cap: int = fair.EPOCH_CAP) -> None:
         """The run folder as the first cap left it (a resumed run's config.json keeps it)."""
@@ -621,6 +622,7 @@ def test_the_runner_resumes_a_run_the_cap_stopped_with_the_higher_cap(tmp_path, 
                                     "machine": {"cpu": "first"}, "slice_rsum": 349.6,
                                     "dev_rsum": 270.8, "resumed": True}  # fmt: skip
     assert not fair.runs_on(rec)
+    assert rec["bf16_gemms"] == "mixed"  # from its log: resumed on another kind of CPU
     # resumed, and the higher cap ended it too: kept as hit_cap, not run on again
     first_run()
     monkeypatch.setattr(runner, "train_run", trains_to(fair.EXTENDED_CAP, early_stop=False))
@@ -780,6 +782,7 @@ def test_a_fair_cell_records_the_kernels_its_bf16_gemms_ran_in(monkeypatch):
     assert runner.bf16_gemms(cfg, [fp32, native]) == "mixed"
     assert runner.bf16_gemms(cfg, [{}, native]) == "native"  # an epoch logged before
     assert runner.bf16_gemms(cfg, [{}, fp32]) == "mixed"  # (this machine stands in)
+    assert runner.bf16_gemms(cfg, []) == "native"
     assert fair_report.kernel_mark({"bf16_gemms": "mixed"}) == " (bf16 partly in fp32 GEMMs)"
     assert fair_report.kernel_mark({"bf16_gemms": "fp32"}) == " (bf16 in fp32 GEMMs)"
     assert fair_report.kernel_mark({"bf16_gemms": "native"}) == ""
@@ -859,7 +862,9 @@ def test_a_bf16_run_here_trains_the_recorded_cells_own_config(tmp_path, monkeypa
     monkeypatch.setattr(pp, "RUNS", tmp_path)
     monkeypatch.setattr(pp, "train_run", lambda run, cfg, sets, root, **kw: seen.update(
         run=run, cfg=cfg, sets=sets))  # fmt: skip
-    monkeypatch.setattr(runner, "run_log", lambda r: ([{"epoch": 0, "seconds": 60.0}], [], 60.0))
+    logged = [{"epoch": 0, "seconds": 60.0, "gemm_kernels": "fp32"}]
+    monkeypatch.setattr(runner, "run_log", lambda r: (logged, [], 60.0))
+    monkeypatch.setattr(runner, "this_machine_gemms", lambda settings: "native")
     monkeypatch.setattr(pp.scoring, "score", lambda c, r: {"slice": {"rsum": 349.0},
                                                             "dev": {"rsum": 281.0}})  # fmt: skip
     monkeypatch.setattr(runner, "store_digest", lambda: {"fne.i8": "b"})
@@ -869,7 +874,7 @@ def test_a_bf16_run_here_trains_the_recorded_cells_own_config(tmp_path, monkeypa
     want = json.loads(json.dumps(rec["config"]))
     want["train"]["patience_from"] = want["train"].get("patience_from")  # (older records lack it)
     assert json.loads(json.dumps(cfg)) == want  # precision bf16 included
-    assert here["bf16_gemms"] in ("fp32", "native")
+    assert here["bf16_gemms"] == "fp32"  # from the run's log, whatever this machine is
 
 
 def test_a_precision_pair_recorded_again_keeps_its_bf16_run_here(tmp_path, monkeypatch):

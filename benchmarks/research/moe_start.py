@@ -18,7 +18,7 @@ For every MOE cell (and the L_M phase of every POE cell) recorded in
 from the cell's record (``curve``; for a cell recorded before the runner kept it, its run
 folder's ``~/.cache/vsekit/claims/runs/<cell>/metrics.jsonl``, or the curve this script
 recorded then, added to the cell by ``claims.py --add-curves``) and records: the first
-epoch whose loss is within 1% of the plateau (*reached*), the first whose loss is 10%
+epoch whose loss is at most 1% above the plateau (*reached*), the first whose loss is 10%
 below it (*left*), the lowest loss, and the slice's best rsum. It trains nothing::
 
     python benchmarks/research/moe_start.py           # writes moe_start.json, the docs block
@@ -66,7 +66,7 @@ RUNS = Path("~/.cache/vsekit/claims/runs").expanduser()
 OUT = Path(__file__).with_suffix(".json")
 DOC = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- moe start: begin -->", "<!-- moe start: end -->"
-REACHED, LEFT = 1.01, 0.90  # within 1% of the plateau; 10% below it
+REACHED, LEFT = 1.01, 0.90  # at most 1% above the plateau; 10% below it
 # probe name -> (the fair cell it copies, the data.features it trains on instead)
 PROBES = {
     "fnef-moe-pooled": (fair.FairCell("fnef-moe", fair.Recipe(-6), 0), "pooled"),

@@ -450,10 +450,10 @@ def bf16_gemms(settings: dict[str, object], epochs: list[dict] | None = None) ->
     """The kernels a run's bf16 GEMMs ran in: ``fp32`` (``vsekit.lab.train.bf16``, on a
     CPU that would emulate bf16), ``native``, or ``mixed`` (a run resumed on another
     kind of machine). Each epoch's log names them (``gemm_kernels``); for epochs logged
-    before it did, this machine's answer for ``settings`` (``vse train --set`` keys)
-    stands in."""
+    before it did (or no epochs), this machine's answer for ``settings`` (``vse train
+    --set`` keys) stands in, even for a capped run's first part trained elsewhere."""
     logged = {e["gemm_kernels"] for e in epochs or () if "gemm_kernels" in e}
-    if epochs is None or any("gemm_kernels" not in e for e in epochs):
+    if not epochs or any("gemm_kernels" not in e for e in epochs):
         logged.add(this_machine_gemms(settings))
     return logged.pop() if len(logged) == 1 else "mixed"
 

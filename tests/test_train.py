@@ -125,8 +125,8 @@ def test_bf16_on_a_cpu_that_emulates_it_trains_in_fp32_gemms_to_the_same_model(
             runs[name] = (trainer.gemm_kernels, trainer.fit()["best_metrics"], kernels.dtypes)
     assert runs["emulating"][0] == "fp32" and runs["native"][0] == "native"
     for name in runs:  # each epoch's log names its kernels (a resume may change machine)
-        log = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
-        logged = {json.loads(x).get("gemm_kernels") for x in log if '"event"' not in x}
+        rows = [json.loads(x) for x in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        logged = {r.get("gemm_kernels") for r in rows if "event" not in r}
         assert logged == {runs[name][0]}, (name, logged)
     assert torch.bfloat16 not in runs["emulating"][2]
     assert torch.bfloat16 in runs["native"][2]

@@ -459,16 +459,14 @@ def bf16_gemms(settings: dict[str, object], epochs: list[dict] | None = None) ->
 
 
 def this_machine_gemms(settings: dict[str, object]) -> str:
-    """:func:`vsekit.lab.train.bf16.gemm_kernels` for ``settings`` on this machine."""
-    import torch
-
+    """:func:`vsekit.lab.train.bf16.gemm_kernels` for ``settings`` on this machine, on the
+    device the Trainer would pick (:func:`vsekit.lab.train.trainer.train_device`)."""
     from vsekit.lab.train.bf16 import gemm_kernels
+    from vsekit.lab.train.trainer import train_device
     from vsekit.runtime.precision import cpu_info
 
-    device = settings.get("train.device") or ("cuda" if torch.cuda.is_available() else "cpu")
-    return gemm_kernels(
-        str(settings.get("train.precision", "fp32")), torch.device(device), cpu_info()
-    )
+    device = train_device(settings.get("train.device"))  # type: ignore[arg-type]
+    return gemm_kernels(str(settings.get("train.precision", "fp32")), device, cpu_info())
 
 
 def run_first(max_cells: int = 0, only: str = "") -> None:

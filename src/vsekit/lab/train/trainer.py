@@ -38,10 +38,11 @@ from vsekit.lab.train.tuned import load_tuned_data, tuned_model
 from vsekit.runtime.precision import cpu_info
 
 
-def _device(t) -> torch.device:
-    """``train.device``, else this rank's GPU (``LOCAL_RANK``), else the CPU."""
+def train_device(name: str | None) -> torch.device:
+    """The device a run trains on: ``name`` (``train.device``), else this rank's GPU
+    (``LOCAL_RANK``), else the CPU."""
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    return torch.device(t.device or (f"cuda:{local}" if torch.cuda.is_available() else "cpu"))
+    return torch.device(name or (f"cuda:{local}" if torch.cuda.is_available() else "cpu"))
 
 
 class _TrainingOutputs(torch.nn.Module):
@@ -106,7 +107,7 @@ class Trainer:
         t = cfg.train
         if t.threads:
             torch.set_num_threads(t.threads)
-        self.device = _device(t)
+        self.device = train_device(t.device)
         #: bf16 GEMMs in fp32 kernels where this CPU would emulate bf16 (``lab.train.bf16``)
         self.gemm_kernels = gemm_kernels(t.precision, self.device, cpu_info())
         self._hinge = cfg.loss.name in HINGE_LOSSES
@@ -476,7 +477,7 @@ def train(
 
     validate(cfg)  # before any extraction: a typo costs nothing
     run = Path(run_dir)
-    d = from_env(_device(cfg.train))
+    d = from_env(train_device(cfg.train.device))
     if not d.main:  # rank 0 extracts and fits what is missing; the others then read it
         torch.distributed.barrier()
     if cfg.task == "tags":

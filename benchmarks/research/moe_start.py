@@ -180,7 +180,7 @@ def _start(epochs: list[dict], floor: float) -> dict:
         "reached": first(epochs, lambda x: x <= REACHED * floor),
         "left": first(epochs, lambda x: x <= LEFT * floor),
         "lowest_loss": round(min(e["loss"] for e in epochs), 4),
-        "curve": [[e["epoch"], round(e["loss"], 4), round(e["rsum"], 1)] for e in epochs],
+        "curve": [[e["epoch"], round(e["loss"], 4), round(e["rsum"], 2)] for e in epochs],
     }
 
 

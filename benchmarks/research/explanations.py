@@ -79,8 +79,8 @@ NOTE_POE = {
         "(their best epochs are at or near the last, in the cell table), while the paper "
         "trained to convergence and found POE 11 rsum ahead of MOE on FC7: the margin here "
         "measures how much sooner the curriculum starts learning, not the two losses at "
-        "convergence. The fair protocol's claim of the same name compares them there: both "
-        "rows tuned and trained until the slice stops improving."
+        "convergence. The fair protocol's claim of the same name tests the two losses at "
+        "convergence: both rows tuned and trained until the slice stops improving."
     ),
     "fne": (
         "No FNE-MOE run started in 12 epochs (Table 2's runs-that-started column), so the "
@@ -88,7 +88,7 @@ NOTE_POE = {
         "about 3): it shows that the curriculum starts where L_M alone does not, not how the "
         "two losses compare at convergence. The paper's claim is section 5's, on MSCOCO "
         "(the curriculum adds 1.7% on average); on Flickr8k its FNE-MOE is 1.0 rsum ahead "
-        "of FNE-POE. The fair protocol's claim of the same name compares the two losses at "
+        "of FNE-POE. The fair protocol's claim of the same name tests the two losses at "
         "convergence: both rows tuned and trained until the slice stops improving."
     ),
 }

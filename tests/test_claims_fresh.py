@@ -92,7 +92,7 @@ def test_a_changed_fair_cell_shows_in_the_benchmarks_table(fair_done):
     assert report.with_benchmarks_block(committed, changed) != committed
 
 
-_FIGURE = re.compile(r"(?<![\d.])([-+]?)(\d+\.\d) ± (\d+\.\d)")
+_FIGURE = re.compile(r"(?<![\d.])([-+]?)(\d+\.\d)\s+±\s+(\d+\.\d)")  # wrapped too
 
 
 def _fair_prose(text: str) -> str:
@@ -134,10 +134,10 @@ def test_the_prose_check_can_fail():
     are each reported; the quoted ones are not."""
     prose = _fair_prose(
         f"x\n{fair_report.BENCHMARKS_END}\nby 4.6 ± 1.9, (-9.4 ± 3.3), 5.0 ± 1.6, (+9.4 ± 3.3)"
-        " and 4.6 ± 1.8\n## next 7.0 ± 1.0"
+        " and 4.6 ± 1.8, 5.0 ±\n1.7\n## next 7.0 ± 1.0"
     )
     claims = "| -4.6 ± 1.9, t -2.4 | -9.4 ± 3.3 | +5.0 ± 1.5 | 14.6 ± 1.8 |"
-    assert _unquoted(prose, claims) == ["5.0 ± 1.6", "+9.4 ± 3.3", "4.6 ± 1.8"]
+    assert _unquoted(prose, claims) == ["5.0 ± 1.6", "+9.4 ± 3.3", "4.6 ± 1.8", "5.0 ± 1.7"]
 
 
 _GAP = re.compile(r"(?<![\d.])(\d+(?:\.\d)?)\s+(above|below)\s+the\s+paper's\s+figure")
@@ -240,13 +240,13 @@ def test_the_epoch_check_can_fail():
     ]
 
 
-# a setting ("dropout 0.2", "margin x0.5") is a recipe's, not a result: not checked.
+# a setting ("dropout 0.2", "margin x0.5", either word capitalised) is a recipe's, not a
+# result: not checked.
 # Matched on the prose with its line breaks and runs of spaces made single spaces, so
 # the lookbehinds hold wherever the hard wrap falls.
 _BARE = re.compile(
-    r"(?<![\d.±])(?<!± )(?<!dropout )(?<!margin x)"
-    r"([-+]?\d+\.\d)(?![\d.e]| ±| (?:above|below) the paper's figure)",
-    re.IGNORECASE,
+    r"(?<![\d.±])(?<!± )(?<![Dd]ropout )(?<![Mm]argin x)"
+    r"([-+]?\d+\.\d)(?![\d.e]| ±| (?:above|below) the paper's figure)"
 )
 
 

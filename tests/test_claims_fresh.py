@@ -92,14 +92,15 @@ def test_a_changed_fair_cell_shows_in_the_benchmarks_table(fair_done):
     assert report.with_benchmarks_block(committed, changed) != committed
 
 
-_FIGURE = re.compile(r"(?<![\d.])([-+]?)(\d+\.\d)\s+±\s+(\d+\.\d)")  # wrapped too
+_FIGURE = re.compile(r"(?<![\d.])([-+]?)(\d+\.\d) ± (\d+\.\d)")
 
 
 def _fair_prose(text: str) -> str:
     """The paragraphs that follow the fair table in docs/benchmarks.md, up to the next
-    section: they are typed, not generated."""
+    section: they are typed, not generated. Line breaks and runs of spaces become single
+    spaces, so every check below holds wherever the hard wrap falls."""
     after = text.split(fair_report.BENCHMARKS_END, 1)[1]
-    return after.split("\n## ", 1)[0]
+    return " ".join(after.split("\n## ", 1)[0].split())
 
 
 def _unquoted(prose: str, claims: str) -> list[str]:
@@ -241,19 +242,11 @@ def test_the_epoch_check_can_fail():
 
 
 # a setting ("dropout 0.2", "margin x0.5", either word capitalised) is a recipe's, not a
-# result: not checked.
-# Matched on the prose with its line breaks and runs of spaces made single spaces, so
-# the lookbehinds hold wherever the hard wrap falls.
+# result: not checked
 _BARE = re.compile(
     r"(?<![\d.±])(?<!± )(?<![Dd]ropout )(?<![Mm]argin x)"
     r"([-+]?\d+\.\d)(?![\d.e]| ±| (?:above|below) the paper's figure)"
 )
-
-
-def _bare_figures(prose: str) -> list[str]:
-    """The one-decimal figures of ``prose`` that are not a margin, a gap to the paper's
-    figure or a recipe's setting."""
-    return _BARE.findall(" ".join(prose.split()))
 
 
 def _unsourced_figures(prose: str, claims: str, paper: dict[str, tuple]) -> list[str]:
@@ -265,14 +258,14 @@ def _unsourced_figures(prose: str, claims: str, paper: dict[str, tuple]) -> list
     means = {a for _, a, _ in _FIGURE.findall(claims)}
     sums = [sum(p) for p in paper.values()]
     gaps = {f"{abs(a - b):.1f}" for a in sums for b in sums}
-    return [f for f in _bare_figures(prose) if f.lstrip("+-") not in means | gaps]
+    return [f for f in _BARE.findall(prose) if f.lstrip("+-") not in means | gaps]
 
 
 def test_the_fair_prose_other_figures_are_the_claims(done, fair_done):
     """The other figures typed under the fair table, such as the first protocol's results
     it compares with, are figures docs/claims.md gives today or the paper's own gaps."""
     prose = _fair_prose((ROOT / "docs" / "benchmarks.md").read_text())
-    assert _bare_figures(prose), "the prose under the fair table gives no other figure"
+    assert _BARE.findall(prose), "the prose under the fair table gives no other figure"
     missing = _unsourced_figures(prose, report.claims_text(done, fair_done), protocol.PAPER)
     assert not missing, (
         "docs/benchmarks.md's fair prose gives figures no claim gives today: " + ", ".join(missing)
@@ -284,7 +277,8 @@ def test_the_figure_check_can_fail():
     between rows and a recipe's settings are not."""
     paper = {"a": (10.0, 20.0), "b": (10.0, 21.7)}
     claims = "| -28.7 ± 1.9, t -14.8 | 103.8 ± 11.5 |"
-    prose = (
+    prose = _fair_prose(
+        f"{fair_report.BENCHMARKS_END}\n"
         "from 28.7 to 4.6 ± 1.9, started late (103.8), 45.9 above the paper's figure,"
         " 1.7 above SH, at lr 3.2e-3, dropout 0.2 and margin x0.5, and 28.8 or 103.9, 5.1"
         " above the first protocol's. Dropout\n0.5, margin\nx2.0, 12.0 above the\npaper's"

@@ -46,10 +46,20 @@ def spread_rows(spread: dict) -> list[str]:
     return rows
 
 
-def record(path: Path, results: dict) -> dict:
-    """Write ``results`` with the machine and the date to ``path`` (JSON)."""
+def record(path: Path, results: dict, *, if_changed: bool = False) -> dict:
+    """Write ``results`` with the machine and the date to ``path`` (JSON).
+
+    ``if_changed``: for a report regenerated from recorded results, keep the file as it
+    is (its date and machine those of the run that last changed it) when ``results``
+    equal what it holds, so that regenerating it on another day or machine is no diff."""
     from vsekit.fsio import atomic_write
 
+    if if_changed and path.is_file():
+        before = json.loads(path.read_text())
+        if {k: v for k, v in before.items() if k not in ("date", "machine")} == json.loads(
+            json.dumps(results)
+        ):
+            return before
     out = {"date": dt.date.today().isoformat(), "machine": machine(), **results}
     atomic_write(path, json.dumps(out, indent=2) + "\n")  # never half-written
     return out

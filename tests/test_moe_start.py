@@ -3,6 +3,7 @@ embedding whose scores are all equal, under the real max-of-hinges order loss.""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -93,8 +94,6 @@ def test_a_cells_start_is_read_from_its_record_and_not_its_run_folder(tmp_path, 
 def test_a_probe_trained_elsewhere_keeps_its_recorded_start(tmp_path, monkeypatch):
     """A probe is no cell: where its run folder is gone, its start as moe_start.json
     recorded it stays in the tables (a probe still training then is dropped)."""
-    import json
-
     out = tmp_path / "moe_start.json"
     kept = {"cell": "probe-fnef-moe-pooled-s0", "probe": "fnef-moe-pooled", "epochs": 3,
             "row": "fnef-moe on pooled", "training": False}  # fmt: skip
@@ -126,3 +125,25 @@ def test_only_the_l_m_epochs_of_a_curve_count_and_keep_their_numbers(tmp_path, m
     assert [e for e, _, _ in got["curve"]] == [2, 3, 4]
     wrong = moe_start.run_start(_cell(curve=curve, phases={"sum": 1, "max": 4}), 27_500)
     assert wrong["run_folder"] == "3 L_M epochs logged, 4 recorded"
+
+
+def test_regenerating_the_report_with_nothing_new_leaves_its_file_as_it_was(tmp_path, monkeypatch):
+    """moe_start.json is regenerated from the recorded cells after every cell: the same
+    figures on another day or machine leave the file byte for byte (its date and machine
+    those of the run that last changed it); a changed figure rewrites it with this run's."""
+    import _common
+
+    out = tmp_path / "moe_start.json"
+    monkeypatch.setattr(_common, "machine", lambda: {"cpu": "first"})
+    _common.record(out, {"runs": [{"slice_rsum": 300.0}]}, if_changed=True)
+    before = out.read_bytes()
+    monkeypatch.setattr(_common, "machine", lambda: {"cpu": "second"})
+    _common.record(out, {"runs": [{"slice_rsum": 300.0}]}, if_changed=True)
+    assert out.read_bytes() == before
+    _common.record(out, {"runs": [{"slice_rsum": 301.0}]}, if_changed=True)
+    after = json.loads(out.read_text())
+    assert after["machine"] == {"cpu": "second"} and after["runs"] == [{"slice_rsum": 301.0}]
+    _common.record(out, {"runs": [{"slice_rsum": 301.0}]})  # a measurement: always written
+    monkeypatch.setattr(_common, "machine", lambda: {"cpu": "third"})
+    _common.record(out, {"runs": [{"slice_rsum": 301.0}]})
+    assert json.loads(out.read_text())["machine"] == {"cpu": "third"}

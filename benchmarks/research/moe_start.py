@@ -334,7 +334,7 @@ def main() -> None:
     record(OUT, {"command": " ".join(["python", "benchmarks/research/moe_start.py",
                                       *sys.argv[1:]]),
                  "reached": REACHED, "left": LEFT, "input_cosines": cosines,
-                 "runs": runs})  # fmt: skip
+                 "runs": runs}, if_changed=True)  # fmt: skip
     lines = [*summary(runs, cosines), "", *table(runs)]
     text = report.with_block(DOC.read_text(), BEGIN, END, lines)
     if text is None:

@@ -894,3 +894,31 @@ def test_a_precision_pair_recorded_again_keeps_its_bf16_run_here(tmp_path, monke
     pp.record(name, lambda old: pp.keep_bf16_here(old, pair | {"dev_difference": -2.0}))
     (got,) = json.loads((tmp_path / "pairs.json").read_text())["pairs"]
     assert got["dev_difference"] == -2.0 and got["bf16_here"] == {"dev": 291.0}
+
+
+def test_the_grid_tables_show_every_seed0_cell_once_with_each_rates_best_in_bold():
+    """Each row's seed-0 cells by learning rate and the rest of the recipe: every cell in
+    exactly one place with its slice and dev rsum, the columns in the protocol's order
+    (input, then dropout, then margin), the best slice rsum of a line in bold only where
+    more than one cell ran at that rate, and rows with no seed-0 cell left out."""
+    done, _ = _run_grid(_peaked(-5, norm_bonus=3.0), ("fne-sh",), dev_of=lambda c: 200.0)
+    lone = dict(done["fair-fne-sh-lr0.01-nnone-d0-m1-s0"])  # the only cell at lr 3.2e-2
+    lone |= {"cell": "lone", "recipe": lone["recipe"] | {"lr": 3.16e-2}, "slice": {"rsum": 99.0}}
+    done["lone"] = lone
+    lines = fair_report.grid_tables(done)
+    assert lines[1] == "### Every row's seed-0 cells by learning rate"
+    assert "**FNE-SH**" in lines and "**FC7-SH**" not in lines
+    header = next(x for x in lines if x.startswith("| lr |"))
+    cols = header.strip("| ").split(" | ")[1:]
+    assert cols[:2] == ["no dropout", "LayerNorm, no dropout"]
+    assert cols.index("LayerNorm, dropout 0.2") < cols.index("LayerNorm, dropout 0.5")
+    body = [x for x in lines if x.startswith("| ") and not x.startswith(("| lr", "|---"))]
+    shown = sum(x.count(" / 200.0") for x in body)
+    assert shown == sum(1 for c in done.values() if c["seed"] == 0)
+    # at 3.2e-3 the LayerNorm with dropout 0.2 leads (300 + 3); at 3.2e-2 only one ran
+    line = next(x for x in body if x.startswith("| 3.2e-3 |"))
+    assert line.count("**") == 2 and "**303.0** / 200.0" in line
+    assert next(x for x in body if x.startswith("| 3.2e-2 |")) == (
+        "| 3.2e-2 | 99.0 / 200.0 |" + "  |" * (len(cols) - 1)
+    )
+    assert fair_report.grid_tables({}) == []

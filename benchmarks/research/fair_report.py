@@ -308,6 +308,56 @@ def superseded_lines(done: dict[str, dict]) -> list[str]:
             f"{'them' if len(names) > 1 else 'it'}."]  # fmt: skip
 
 
+def _rest_words(r: fair.Recipe) -> str:
+    """A recipe in words without its learning rate (a column of :func:`grid_tables`)."""
+    return recipe_words(r).split(", ", 1)[1]
+
+
+def grid_tables(done: dict[str, dict]) -> list[str]:
+    """For each row, every seed-0 cell's slice rsum, dev rsum after it, by learning rate
+    (lines, ascending) and the rest of its recipe (columns: input, then dropout, then
+    margin, in the order the protocol lists them). In
+    each line the best slice rsum is in bold, so which input, dropout or margin leads at
+    each rate reads off the table; a cell the first cap stopped, not yet run on, is
+    marked "(cap)"."""
+    t2, _ = split(done)
+    out: list[str] = []
+    for row in fair.rows():
+        feature, pipeline = row.split("-")
+        mine = [c for c in t2.values() if c["row"] == row and c["seed"] == 0]
+        if not mine:
+            continue
+        recipes = {c["cell"]: fair.Recipe.from_dict(c["recipe"]) for c in mine}
+        order = (*fair.NORMS[feature], "shift")
+        rests = sorted({(r.norm, r.dropout, r.margin) for r in recipes.values()},
+                       key=lambda x: (order.index(x[0]), x[1], -x[2]))  # fmt: skip
+        cols = [_rest_words(fair.Recipe(0, *x)) for x in rests]
+        by = {(r.k, _rest_words(r)): done[name] for name, r in recipes.items()}
+        out += ["", f"**{ROW_NAMES[feature][0]}-{pipeline.upper()}**", "",
+                "| lr | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]  # fmt: skip
+        for k in sorted({r.k for r in recipes.values()}):
+            here = {col: by[k, col] for col in cols if (k, col) in by}
+            top = max(c["slice"]["rsum"] for c in here.values())
+            cells = []
+            for col in cols:
+                c = here.get(col)
+                if c is None:
+                    cells.append("")
+                    continue
+                figure = f"{c['slice']['rsum']:.1f}"
+                figure = f"**{figure}**" if c["slice"]["rsum"] == top and len(here) > 1 else figure
+                capped = " (cap)" if fair.runs_on(c) else ""
+                cells.append(f"{figure} / {c['dev']['rsum']:.1f}{capped}")
+            out.append(f"| {_lr(fair.Recipe(k).lr)} | " + " | ".join(cells) + " |")
+    if not out:
+        return []
+    return ["", "### Every row's seed-0 cells by learning rate", "",
+            "Slice rsum / dev rsum of each seed-0 cell (one seed each), by learning rate and "
+            "the rest of its recipe; in each line the best slice rsum, where more than one "
+            "cell ran at that rate, is in bold. The slice selects; dev is scored once per "
+            "cell and chooses nothing.", *out]  # fmt: skip
+
+
 def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list[str]:
     """Markdown lines for docs/claims.md (none while no fair cell is recorded);
     ``first``: the first protocol's cells, for the instability counts' comparison."""
@@ -370,6 +420,7 @@ def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list
     lines += ["", "| claim (fair protocol) | ours: better - worse (mean ± se, t) | seeds | "
               "verdict |", "|---|---|---|---|"]  # fmt: skip
     lines += [f"| {t} | {fig} | {n} | {v} |" for t, fig, n, v in claim_rows(done)]
+    lines += grid_tables(done)
     if inst:
         lines += inst_section(inst, first or {})
     lines += ["", "### The fair protocol's cells", "",

@@ -898,27 +898,45 @@ def test_a_precision_pair_recorded_again_keeps_its_bf16_run_here(tmp_path, monke
 
 def test_the_grid_tables_show_every_seed0_cell_once_with_each_rates_best_in_bold():
     """Each row's seed-0 cells by learning rate and the rest of the recipe: every cell in
-    exactly one place with its slice and dev rsum, the columns in the protocol's order
-    (input, then dropout, then margin), the best slice rsum of a line in bold only where
-    more than one cell ran at that rate, and rows with no seed-0 cell left out."""
+    exactly one place with its slice and dev rsum, the lines in ascending rate, the columns
+    in the protocol's order (input, then dropout, then margin x1 before x0.5), the best
+    slice rsum of a line in bold only among started cells and where more than one cell ran
+    at that rate, the cap and a missed start marked, and a row without a seed-0 cell left
+    out."""
     done, _ = _run_grid(_peaked(-5, norm_bonus=3.0), ("fne-sh",), dev_of=lambda c: 200.0)
-    lone = dict(done["fair-fne-sh-lr0.01-nnone-d0-m1-s0"])  # the only cell at lr 3.2e-2
-    lone |= {"cell": "lone", "recipe": lone["recipe"] | {"lr": 3.16e-2}, "slice": {"rsum": 99.0}}
-    done["lone"] = lone
+
+    def like(name: str, new: str, **changes) -> None:
+        done[new] = done[name] | {"cell": new} | changes
+
+    lone = "fair-fne-sh-lr0.01-nnone-d0-m1-s0"
+    like(lone, "lone", recipe=done[lone]["recipe"] | {"lr": 3.16e-2}, slice={"rsum": 99.0})
+    like(lone, "slow", recipe=done[lone]["recipe"] | {"lr": 1e-5}, slice={"rsum": 9.0},
+         hit_cap=True)  # fmt: skip
+    like(lone, "still", recipe=done[lone]["recipe"] | {"lr": 1e-5, "img_norm": "layernorm"},
+         slice={"rsum": 8.0})  # fmt: skip
+    capped = "fair-fne-sh-lr0.001-nnone-d0-m1-s0"
+    done[capped] |= {"hit_cap": True}  # stopped by the first cap after its start
+    fc7 = "fair-fc7-sh-lr0.001-nnone-d0-m1-s1"
+    done[fc7] = done[capped] | {"cell": fc7, "row": "fc7-sh", "seed": 1}
     lines = fair_report.grid_tables(done)
     assert lines[1] == "### Every row's seed-0 cells by learning rate"
     assert "**FNE-SH**" in lines and "**FC7-SH**" not in lines
     header = next(x for x in lines if x.startswith("| lr |"))
     cols = header.strip("| ").split(" | ")[1:]
-    assert cols[:2] == ["no dropout", "LayerNorm, no dropout"]
-    assert cols.index("LayerNorm, dropout 0.2") < cols.index("LayerNorm, dropout 0.5")
+    assert cols == ["no dropout", "LayerNorm, no dropout", "LayerNorm, dropout 0.2",
+                    "LayerNorm, dropout 0.2, margin x0.5", "LayerNorm, dropout 0.5"]  # fmt: skip
     body = [x for x in lines if x.startswith("| ") and not x.startswith(("| lr", "|---"))]
-    shown = sum(x.count(" / 200.0") for x in body)
-    assert shown == sum(1 for c in done.values() if c["seed"] == 0)
+    rates = [x.split(" | ")[0].strip("| ") for x in body]
+    assert rates == ["1e-5", "3.2e-4", "1e-3", "3.2e-3", "1e-2", "3.2e-2"]
+    assert sum(x.count(" / 200.0") for x in body) == sum(1 for c in done.values() if c["seed"] == 0)
     # at 3.2e-3 the LayerNorm with dropout 0.2 leads (300 + 3); at 3.2e-2 only one ran
     line = next(x for x in body if x.startswith("| 3.2e-3 |"))
     assert line.count("**") == 2 and "**303.0** / 200.0" in line
-    assert next(x for x in body if x.startswith("| 3.2e-2 |")) == (
-        "| 3.2e-2 | 99.0 / 200.0 |" + "  |" * (len(cols) - 1)
+    assert body[-1] == "| 3.2e-2 | 99.0 / 200.0 |" + "  |" * (len(cols) - 1)
+    # two cells at 1e-5, neither started: none in bold, each marked
+    assert body[0] == (
+        "| 1e-5 | 9.0 / 200.0 (cap, not started) | 8.0 / 200.0 (not started) |"
+        + "  |" * (len(cols) - 2)
     )
+    assert "293.0 / 200.0 (runs on) |" in body[2]
     assert fair_report.grid_tables({}) == []

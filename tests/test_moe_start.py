@@ -129,21 +129,21 @@ def test_only_the_l_m_epochs_of_a_curve_count_and_keep_their_numbers(tmp_path, m
 
 def test_regenerating_the_report_with_nothing_new_leaves_its_file_as_it_was(tmp_path, monkeypatch):
     """moe_start.json is regenerated from the recorded cells after every cell: the same
-    figures on another day or machine leave the file byte for byte (its date and machine
-    those of the run that last changed it); a changed figure rewrites it with this run's."""
+    figures (tuples among them, as JSON gives them back as lists) on another machine leave
+    the file byte for byte, its date and machine those of the run that last changed it; a
+    changed figure rewrites it with this run's; a measurement is always written."""
     import _common
 
     out = tmp_path / "moe_start.json"
     monkeypatch.setattr(_common, "machine", lambda: {"cpu": "first"})
-    _common.record(out, {"runs": [{"slice_rsum": 300.0}]}, if_changed=True)
+    _common.record(out, {"runs": [{"curve": [(0, 15.0, 6.0)]}]}, if_changed=True)
     before = out.read_bytes()
     monkeypatch.setattr(_common, "machine", lambda: {"cpu": "second"})
-    _common.record(out, {"runs": [{"slice_rsum": 300.0}]}, if_changed=True)
+    _common.record(out, {"runs": [{"curve": [(0, 15.0, 6.0)]}]}, if_changed=True)
     assert out.read_bytes() == before
-    _common.record(out, {"runs": [{"slice_rsum": 301.0}]}, if_changed=True)
+    _common.record(out, {"runs": [{"curve": [(0, 15.0, 6.5)]}]}, if_changed=True)
     after = json.loads(out.read_text())
-    assert after["machine"] == {"cpu": "second"} and after["runs"] == [{"slice_rsum": 301.0}]
-    _common.record(out, {"runs": [{"slice_rsum": 301.0}]})  # a measurement: always written
+    assert after["machine"] == {"cpu": "second"} and after["runs"] == [{"curve": [[0, 15.0, 6.5]]}]
     monkeypatch.setattr(_common, "machine", lambda: {"cpu": "third"})
-    _common.record(out, {"runs": [{"slice_rsum": 301.0}]})
+    _common.record(out, {"runs": [{"curve": [(0, 15.0, 6.5)]}]})
     assert json.loads(out.read_text())["machine"] == {"cpu": "third"}

@@ -313,13 +313,21 @@ def _rest_words(r: fair.Recipe) -> str:
     return recipe_words(r).split(", ", 1)[1]
 
 
+def _grid_marks(c: dict) -> str:
+    """What :func:`grid_tables` notes after a cell's figures: the cap, and no start."""
+    marks = ["runs on"] if fair.runs_on(c) else ["cap"] if c["hit_cap"] else []
+    marks += [] if fair.left_start(c["slice"]["rsum"]) else ["not started"]
+    return f" ({', '.join(marks)})" if marks else ""
+
+
 def grid_tables(done: dict[str, dict]) -> list[str]:
     """For each row, every seed-0 cell's slice rsum, dev rsum after it, by learning rate
     (lines, ascending) and the rest of its recipe (columns: input, then dropout, then
-    margin, in the order the protocol lists them). In
-    each line the best slice rsum is in bold, so which input, dropout or margin leads at
-    each rate reads off the table; a cell the first cap stopped, not yet run on, is
-    marked "(cap)"."""
+    margin, each in the protocol's order). In each line the best slice rsum of the cells
+    that left their start (``fair.left_start``) is in bold where more than one cell ran at
+    that rate, so which input, dropout or margin leads at each rate reads off the table.
+    Marks: "runs on" (``fair.runs_on``: the first cap stopped it after its start, its
+    figures still to change), "cap" (the cap stopped it for good), "not started"."""
     t2, _ = split(done)
     out: list[str] = []
     for row in fair.rows():
@@ -327,17 +335,19 @@ def grid_tables(done: dict[str, dict]) -> list[str]:
         mine = [c for c in t2.values() if c["row"] == row and c["seed"] == 0]
         if not mine:
             continue
-        recipes = {c["cell"]: fair.Recipe.from_dict(c["recipe"]) for c in mine}
+        recipes = [(fair.Recipe.from_dict(c["recipe"]), c) for c in mine]
         order = (*fair.NORMS[feature], "shift")
-        rests = sorted({(r.norm, r.dropout, r.margin) for r in recipes.values()},
+        rests = sorted({(r.norm, r.dropout, r.margin) for r, _ in recipes},
                        key=lambda x: (order.index(x[0]), x[1], -x[2]))  # fmt: skip
         cols = [_rest_words(fair.Recipe(0, *x)) for x in rests]
-        by = {(r.k, _rest_words(r)): done[name] for name, r in recipes.items()}
+        by = {(r.k, _rest_words(r)): c for r, c in recipes}
         out += ["", f"**{ROW_NAMES[feature][0]}-{pipeline.upper()}**", "",
                 "| lr | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]  # fmt: skip
-        for k in sorted({r.k for r in recipes.values()}):
+        for k in sorted({r.k for r, _ in recipes}):
             here = {col: by[k, col] for col in cols if (k, col) in by}
-            top = max(c["slice"]["rsum"] for c in here.values())
+            started = [c["slice"]["rsum"] for c in here.values()
+                       if fair.left_start(c["slice"]["rsum"])]  # fmt: skip
+            top = max(started) if started and len(here) > 1 else None
             cells = []
             for col in cols:
                 c = here.get(col)
@@ -345,17 +355,26 @@ def grid_tables(done: dict[str, dict]) -> list[str]:
                     cells.append("")
                     continue
                 figure = f"{c['slice']['rsum']:.1f}"
-                figure = f"**{figure}**" if c["slice"]["rsum"] == top and len(here) > 1 else figure
-                capped = " (cap)" if fair.runs_on(c) else ""
-                cells.append(f"{figure} / {c['dev']['rsum']:.1f}{capped}")
+                figure = f"**{figure}**" if c["slice"]["rsum"] == top else figure
+                cells.append(f"{figure} / {c['dev']['rsum']:.1f}{_grid_marks(c)}")
             out.append(f"| {_lr(fair.Recipe(k).lr)} | " + " | ".join(cells) + " |")
     if not out:
         return []
     return ["", "### Every row's seed-0 cells by learning rate", "",
-            "Slice rsum / dev rsum of each seed-0 cell (one seed each), by learning rate and "
-            "the rest of its recipe; in each line the best slice rsum, where more than one "
-            "cell ran at that rate, is in bold. The slice selects; dev is scored once per "
-            "cell and chooses nothing.", *out]  # fmt: skip
+            "Slice rsum / dev rsum of each seed-0 cell, by learning rate and the rest of "
+            "its recipe; the slice selects, dev is scored once per cell and chooses nothing. "
+            "Each figure is one seed's: a difference of a few points between two cells is "
+            "within what the seeds of one recipe spread (the rows' ± above). In each line "
+            "the best slice rsum, where more than one cell ran at that rate, is in bold, "
+            "among the cells that left their start. Marks: *runs on*, stopped by the first "
+            f"cap ({fair.EPOCH_CAP} epochs) after it left its start, so it runs on to "
+            f"{fair.EXTENDED_CAP} and its figures will change; *cap*, stopped by a cap for "
+            f"good; *not started*, its slice rsum never reached {fair.STARTED_SLICE:g} (the "
+            "bar for a run that left its start; below it the figure is noise near chance). "
+            "The *shifted +1* columns (MOE and POE on the FNE) are the input the amendment of "
+            "2026-11-28 added; the MOE-start section of docs/benchmarks.md counts them apart "
+            "from the unshifted runs. Where a PH cell's best epoch fell in its L_S phase its "
+            "figures equal the SH cell's of the same recipe.", *out]  # fmt: skip
 
 
 def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list[str]:

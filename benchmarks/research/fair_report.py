@@ -335,15 +335,17 @@ def grid_tables(done: dict[str, dict]) -> list[str]:
         mine = [c for c in t2.values() if c["row"] == row and c["seed"] == 0]
         if not mine:
             continue
-        recipes = [(fair.Recipe.from_dict(c["recipe"]), c) for c in mine]
+        by: dict[tuple[int, tuple[str, float, float]], dict] = {}  # (lr exponent, rest) -> cell
+        for c in mine:
+            r = fair.Recipe.from_dict(c["recipe"])
+            by[r.k, (r.norm, r.dropout, r.margin)] = c
         order = (*fair.NORMS[feature], "shift")
-        rests = sorted({(r.norm, r.dropout, r.margin) for r, _ in recipes},
-                       key=lambda x: (order.index(x[0]), x[1], -x[2]))  # fmt: skip
-        cols = [_rest_words(fair.Recipe(0, *x)) for x in rests]
-        by = {(r.k, _rest_words(r)): c for r, c in recipes}
+        cols = sorted({rest for _, rest in by},
+                      key=lambda x: (order.index(x[0]), x[1], -x[2]))  # fmt: skip
+        words = [_rest_words(fair.Recipe(0, *rest)) for rest in cols]
         out += ["", f"**{ROW_NAMES[feature][0]}-{pipeline.upper()}**", "",
-                "| lr | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]  # fmt: skip
-        for k in sorted({r.k for r, _ in recipes}):
+                "| lr | " + " | ".join(words) + " |", "|---" * (len(cols) + 1) + "|"]  # fmt: skip
+        for k in sorted({k for k, _ in by}):
             here = {col: by[k, col] for col in cols if (k, col) in by}
             started = [c["slice"]["rsum"] for c in here.values()
                        if fair.left_start(c["slice"]["rsum"])]  # fmt: skip

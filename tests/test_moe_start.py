@@ -4,6 +4,7 @@ embedding whose scores are all equal, under the real max-of-hinges order loss.""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -147,3 +148,76 @@ def test_regenerating_the_report_with_nothing_new_leaves_its_file_as_it_was(tmp_
     monkeypatch.setattr(_common, "machine", lambda: {"cpu": "third"})
     _common.record(out, {"runs": [{"curve": [(0, 15.0, 6.5)]}]})
     assert json.loads(out.read_text())["machine"] == {"cpu": "third"}
+
+
+# a figure with decimals
+_DECIMAL = re.compile(r"(?<![\d.])(\d+\.\d+)(?![\d.e])")
+# settings, not results: a learning rate ("3.2e-3"), input-dropout rates ("dropout 0.2
+# and 0.5") and a margin scale ("x0.5")
+_SETTING = re.compile(r"\d+(?:\.\d+)?e-\d+|[Dd]ropout \d+\.\d+(?: and \d+\.\d+)?|x\d+\.\d+")
+
+
+def _moe_start_prose(text: str) -> str:
+    """The typed paragraphs after the generated MOE-start tables, up to the next section,
+    with line breaks and runs of spaces made single spaces."""
+    after = text.split(moe_start.END, 1)[1]
+    return _SETTING.sub("", " ".join(after.split("\n## ", 1)[0].split()))
+
+
+def _recorded(cells: list[dict], report: dict) -> set[str]:
+    """The figures the records give, as the prose writes them: each cell's slice and dev
+    rsum (one decimal, and the ones it had at its first cap), each MOE-start run's
+    plateau, lowest loss and slice rsum, the losses of its L_M curve (two decimals: the
+    prose quotes where a run's loss went), the input cosines (two decimals, unsigned) and
+    the two thresholds. Epoch rsums of the curves are left out: 0.1 steps over 0 to 400
+    would let almost any slice rsum pass."""
+    out = {f"{report[k]:.2f}".rstrip("0").rstrip(".") for k in ("reached", "left")}
+    for c in cells:
+        ext = c.get("extended_from") or {}
+        rsums = (c["slice"]["rsum"], c["dev"]["rsum"], ext.get("slice_rsum"), ext.get("dev_rsum"))
+        out |= {f"{v:.1f}" for v in rsums if v is not None}
+    for r in report["runs"]:
+        out |= {f"{r['plateau']:.2f}", f"{r['lowest_loss']:.2f}", f"{r['slice_rsum']:.1f}"}
+        out |= {f"{loss:.2f}" for _, loss, _ in r["curve"]}
+    out |= {f"{abs(v):.2f}" for kinds in report["input_cosines"].values() for v in kinds.values()}
+    return out
+
+
+def _unsourced(prose: str, recorded: set[str]) -> list[str]:
+    return [f for f in _DECIMAL.findall(prose) if f not in recorded]
+
+
+def test_the_moe_start_prose_quotes_figures_the_records_give():
+    """Every figure with decimals typed under the MOE-start tables of docs/benchmarks.md
+    (slice and dev rsums, losses, cosines) is one the fair cells or moe_start.json give
+    today. It is a membership check: a figure is not tied to the run its sentence names,
+    so a typed figure that happens to equal another run's passes."""
+    from research import fair_protocol, protocol
+
+    prose = _moe_start_prose(moe_start.DOC.read_text())
+    assert len(_DECIMAL.findall(prose)) > 50, "the MOE-start prose quotes few figures"
+    cells = list(protocol.load_cells(fair_protocol.CELLS).values())
+    recorded = _recorded(cells, json.loads(moe_start.OUT.read_text()))
+    missing = _unsourced(prose, recorded)
+    assert not missing, (
+        "docs/benchmarks.md's MOE-start prose quotes figures no record gives today: "
+        + ", ".join(missing)
+    )
+
+
+def test_the_moe_start_figure_check_can_fail():
+    """A moved rsum, a moved loss and an rsum found only in an epoch of a curve are
+    reported; recorded figures, settings and learning rates are not."""
+    prose = _moe_start_prose(
+        f"table\n{moe_start.END}\nslice rsum 355.0, dev 262.2 (first cap 344.7), lowest\n"
+        "14.66 against 12.79, from 12.38, mean cosine 0.47, lr 3.2e-3, dropout 0.2 and\n"
+        "0.5, margin\nx0.5; but 355.1, 14.67 and 208.7\n## next 1.5"
+    )
+    cells = [
+        {"slice": {"rsum": 355.0}, "dev": {"rsum": 262.2}},
+        {"slice": {"rsum": 10.7}, "dev": {"rsum": 4.6}, "extended_from": {"slice_rsum": 344.7}},
+    ]
+    report = {"reached": 1.01, "left": 0.9, "input_cosines": {"fne[shift=1]": {"none": 0.4733}},
+              "runs": [{"plateau": 12.7921, "lowest_loss": 14.6612, "slice_rsum": 10.7,
+                        "curve": [[0, 15.1, 21.4], [1, 12.3803, 208.7]]}]}  # fmt: skip
+    assert _unsourced(prose, _recorded(cells, report)) == ["355.1", "14.67", "208.7"]

@@ -150,8 +150,10 @@ def test_regenerating_the_report_with_nothing_new_leaves_its_file_as_it_was(tmp_
     assert json.loads(out.read_text())["machine"] == {"cpu": "third"}
 
 
-# a figure with decimals
-_DECIMAL = re.compile(r"(?<![\d.])(\d+\.\d+)(?![\d.e])")
+# a figure with decimals (one that ends a sentence too)
+_DECIMAL = re.compile(r"(?<![\d.])(\d+\.\d+)(?!\d|\.\d)")
+# where a run's loss went: two of its epoch losses, "from 12.38 to 9.50"
+_LOSS_PAIR = re.compile(r"(?<![\d.])(\d+\.\d\d) to (\d+\.\d\d)(?!\d|\.\d)")
 # settings, not results: a learning rate ("3.2e-3"), input-dropout rates ("dropout 0.2
 # and 0.5") and a margin scale ("x0.5")
 _SETTING = re.compile(r"\d+(?:\.\d+)?e-\d+|[Dd]ropout \d+\.\d+(?: and \d+\.\d+)?|x\d+\.\d+")
@@ -167,10 +169,10 @@ def _moe_start_prose(text: str) -> str:
 def _recorded(cells: list[dict], report: dict) -> set[str]:
     """The figures the records give, as the prose writes them: each cell's slice and dev
     rsum (one decimal, and the ones it had at its first cap), each MOE-start run's
-    plateau, lowest loss and slice rsum, the losses of its L_M curve (two decimals: the
-    prose quotes where a run's loss went), the input cosines (two decimals, unsigned) and
-    the two thresholds. Epoch rsums of the curves are left out: 0.1 steps over 0 to 400
-    would let almost any slice rsum pass."""
+    plateau, lowest loss and slice rsum (its log's, for a probe), the input cosines (two
+    decimals, unsigned) and the two thresholds. The curves' epoch figures are left out
+    (their losses alone cover most two-decimal values from 12 to 16): a loss quoted from
+    a curve is checked as a pair, below."""
     out = {f"{report[k]:.2f}".rstrip("0").rstrip(".") for k in ("reached", "left")}
     for c in cells:
         ext = c.get("extended_from") or {}
@@ -178,13 +180,24 @@ def _recorded(cells: list[dict], report: dict) -> set[str]:
         out |= {f"{v:.1f}" for v in rsums if v is not None}
     for r in report["runs"]:
         out |= {f"{r['plateau']:.2f}", f"{r['lowest_loss']:.2f}", f"{r['slice_rsum']:.1f}"}
-        out |= {f"{loss:.2f}" for _, loss, _ in r["curve"]}
     out |= {f"{abs(v):.2f}" for kinds in report["input_cosines"].values() for v in kinds.values()}
     return out
 
 
-def _unsourced(prose: str, recorded: set[str]) -> list[str]:
-    return [f for f in _DECIMAL.findall(prose) if f not in recorded]
+def _loss_pairs(report: dict) -> set[tuple[str, str]]:
+    """Each run's epoch losses two at a time, the earlier first (two decimals)."""
+    out = set()
+    for r in report["runs"]:
+        losses = [f"{loss:.2f}" for _, loss, _ in r["curve"]]
+        out |= {(a, b) for i, a in enumerate(losses) for b in losses[i + 1 :]}
+    return out
+
+
+def _unsourced(prose: str, recorded: set[str], pairs: set[tuple[str, str]]) -> list[str]:
+    """The figures of ``prose`` no record gives: an "A to B" of two losses must be two
+    epochs of one run's curve in that order; every other figure must be in ``recorded``."""
+    out = [f"{a} to {b}" for a, b in _LOSS_PAIR.findall(prose) if (a, b) not in pairs]
+    return out + [f for f in _DECIMAL.findall(_LOSS_PAIR.sub(" ", prose)) if f not in recorded]
 
 
 def test_the_moe_start_prose_quotes_figures_the_records_give():
@@ -197,8 +210,8 @@ def test_the_moe_start_prose_quotes_figures_the_records_give():
     prose = _moe_start_prose(moe_start.DOC.read_text())
     assert len(_DECIMAL.findall(prose)) > 50, "the MOE-start prose quotes few figures"
     cells = list(protocol.load_cells(fair_protocol.CELLS).values())
-    recorded = _recorded(cells, json.loads(moe_start.OUT.read_text()))
-    missing = _unsourced(prose, recorded)
+    report = json.loads(moe_start.OUT.read_text())
+    missing = _unsourced(prose, _recorded(cells, report), _loss_pairs(report))
     assert not missing, (
         "docs/benchmarks.md's MOE-start prose quotes figures no record gives today: "
         + ", ".join(missing)
@@ -206,12 +219,14 @@ def test_the_moe_start_prose_quotes_figures_the_records_give():
 
 
 def test_the_moe_start_figure_check_can_fail():
-    """A moved rsum, a moved loss and an rsum found only in an epoch of a curve are
-    reported; recorded figures, settings and learning rates are not."""
+    """A moved rsum, a moved loss, an rsum or loss found only in an epoch of a curve, a
+    pair of losses in the wrong order or from two runs, and a moved figure that ends a
+    sentence are reported; recorded figures, settings and learning rates are not."""
     prose = _moe_start_prose(
         f"table\n{moe_start.END}\nslice rsum 355.0, dev 262.2 (first cap 344.7), lowest\n"
-        "14.66 against 12.79, from 12.38, mean cosine 0.47, lr 3.2e-3, dropout 0.2 and\n"
-        "0.5, margin\nx0.5; but 355.1, 14.67 and 208.7\n## next 1.5"
+        "14.66 against 12.79, from 12.38 to\n9.50, mean cosine 0.47, lr 3.2e-3, dropout 0.2"
+        " and\n0.5, margin\nx0.5; but 355.1, 14.67, 208.7, 12.38, 9.50 to 12.38, 12.38 to"
+        " 11.00 and 10.8.\n## next 1.5"
     )
     cells = [
         {"slice": {"rsum": 355.0}, "dev": {"rsum": 262.2}},
@@ -219,5 +234,8 @@ def test_the_moe_start_figure_check_can_fail():
     ]
     report = {"reached": 1.01, "left": 0.9, "input_cosines": {"fne[shift=1]": {"none": 0.4733}},
               "runs": [{"plateau": 12.7921, "lowest_loss": 14.6612, "slice_rsum": 10.7,
-                        "curve": [[0, 15.1, 21.4], [1, 12.3803, 208.7]]}]}  # fmt: skip
-    assert _unsourced(prose, _recorded(cells, report)) == ["355.1", "14.67", "208.7"]
+                        "curve": [[0, 15.1, 21.4], [1, 12.3803, 208.7], [2, 9.4991, 230.0]]},
+                       {"plateau": 12.7921, "lowest_loss": 11.0, "slice_rsum": 10.7,
+                        "curve": [[0, 11.0, 1.0]]}]}  # fmt: skip
+    got = _unsourced(prose, _recorded(cells, report), _loss_pairs(report))
+    assert got == ["9.50 to 12.38", "12.38 to 11.00", "355.1", "14.67", "208.7", "12.38", "10.8"]

@@ -89,6 +89,8 @@ def claim_rows(done: dict[str, dict]) -> list[tuple[str, str, str, str]]:
         diffs = [a[s] - b[s] for s in sorted(set(a) & set(b) & set(fair.SEEDS))]
         v, m, se = verdict(diffs)
         fig = "—" if v == "not yet run" else f"{m:+.1f} ± {se:.1f}"
+        if v == "not yet run" and diffs:  # some seeds paired, not yet the three it needs
+            v += f" (needs {len(fair.SEEDS)} seeds)"
         fig += f", t {m / se:+.1f}" if fig != "—" and se > 0 else ""
         if v in ("confirmed", "refuted") and abs(m) <= T975[len(diffs) - 1] * se:
             v += " (not at a 95% t-test)"
@@ -130,7 +132,8 @@ def readme_line(done: dict[str, dict]) -> str | None:
     by_claim: dict[str, list[str]] = {}  # "FNE beats ... (SH)" -> "FNE beats ...": ["SH ..."]
     for t, _, _, v in claim_rows(done):
         base, _, where = t.removesuffix(FAIR).rpartition(" (")
-        if v != "not yet run" and base and not t.startswith(("MOE's", "POE starts")):
+        ran = not v.startswith("not yet run")
+        if ran and base and not t.startswith(("MOE's", "POE starts")):
             by_claim.setdefault(base, []).append(f"{where.rstrip(')')} {v}")
     said = [f"{base}: {', '.join(vs)}" for base, vs in by_claim.items()]
     return (f"* Under the fair protocol (each row's learning rate, input normalisation, "

@@ -295,11 +295,11 @@ def test_the_report_counts_the_instability_runs_by_the_first_rules():
 def test_a_claim_with_some_of_its_seeds_says_how_many_it_needs():
     done, _ = _run_grid(_peaked(-6), ("fne-mh", "fc7-mh"))
     done = {k: c for k, c in done.items() if not k.startswith("fair-fne-mh-") or k.endswith("-s0")}
+    rows = {r[0]: r for r in fair_report.claim_rows(done)}
     title = "FNE beats the one-layer embedding (MH), fair protocol"
-    row = next(r for r in fair_report.claim_rows(done) if r[0] == title)
-    assert row == (title, "—", "1", "not yet run (needs 3 seeds)")
+    assert rows[title] == (title, "—", "1", "not yet run (needs 3 seeds)")
     none = "FNE beats the one-layer embedding (SOE), fair protocol"  # no seed paired
-    assert next(r for r in fair_report.claim_rows(done) if r[0] == none)[2:] == ("0", "not yet run")
+    assert rows[none][2:] == ("0", "not yet run")
     assert fair_report.verdicts(done)[title] == "not yet run"
     assert "Claims with a verdict: none yet" in fair_report.readme_line(done)
 

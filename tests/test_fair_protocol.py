@@ -286,9 +286,15 @@ def test_the_report_counts_the_instability_runs_by_the_first_rules():
     # partly run: counted as run, no verdict
     part = {n: c for n, c in done.items() if c["seed"] < 2}
     text = "\n".join(fair_report.section(part, {}))
-    assert "| FNE-MOE-bl | 0.0002 | 0.2 | no | 2/5 run | 10-11 |" in text
+    assert "| FNE-MOE-bl | 0.0002 | 0.2 | no | — (2 of 5 run) | 10-11 |" in text
     assert (
         "| MOE's starts depend on its settings, fair protocol | — | 12 runs | not yet run |" in text
+    )
+    first = fair.inst_cells()[0].name
+    text = "\n".join(fair_report.section({first: done[first]}, {}))
+    assert "| FC7-MOE-bl | 0.0002 | 0.2 | no | — (1 of 5 run) | 10-10 |" in text
+    assert "| MOE's starts depend on its settings, fair protocol | — | 1 run | not yet run |" in (
+        text
     )
 
 

@@ -98,7 +98,7 @@ def claim_rows(done: dict[str, dict]) -> list[tuple[str, str, str, str]]:
     for title, _, _, fig, v in families.moe_verdicts(inst, inst_name):
         runs = sum(c["family"] == ("moe" if title.startswith("MOE") else "poe")
                    for c in inst.values())  # fmt: skip
-        out.append((f"{title}{FAIR}", fig, f"{runs} runs", v))
+        out.append((f"{title}{FAIR}", fig, f"{runs} run{'' if runs == 1 else 's'}", v))
     return out
 
 
@@ -169,7 +169,7 @@ def inst_section(inst: dict[str, dict], first: dict[str, dict]) -> list[str]:
             span = "—" if not spans else f"{spans[0]}-{spans[-1]}"
             lines.append(
                 f"| {feat.upper()}-MOE-{k} | {lr:g} | {margin:g} | {'yes' if use_abs else 'no'}"
-                f" | {f'{moe}/5' if moe is not None else f'{len(runs)}/5 run'} | {span} | "
+                f" | {f'{moe}/5' if moe is not None else f'— ({len(runs)} of 5 run)'} | {span} | "
                 f"{'—' if old is None else f'{old}/5'} | {papers.MOE_STARTS[v]}/5 | "
                 f"{'—' if poe is None else f'{poe}/5'} |"
             )

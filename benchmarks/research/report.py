@@ -371,7 +371,7 @@ def family_tables(done: dict[str, dict]) -> list[str]:
             moe = families.moe_starts(done, "moe", k)
             poe = families.moe_starts(done, "poe", k)
             n_run = sum(families.Job("moe", k, s, "").name in done for s in families.MOE_SEEDS)
-            got = f"{moe}/5" if moe is not None else f"{n_run}/5 run"
+            got = f"{moe}/5" if moe is not None else f"— ({n_run} of 5 run)"
             lines.append(f"| {feat.upper()}-MOE-{name} | {lr:g} | {margin:g} | "
                          f"{'yes' if use_abs else 'no'} | {got} | {papers.MOE_STARTS[k]}/5 | "
                          f"{f'{poe}/5' if poe is not None else '—'} |")  # fmt: skip

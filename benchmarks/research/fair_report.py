@@ -98,7 +98,7 @@ def claim_rows(done: dict[str, dict]) -> list[tuple[str, str, str, str]]:
     for title, _, _, fig, v in families.moe_verdicts(inst, inst_name):
         runs = sum(c["family"] == ("moe" if title.startswith("MOE") else "poe")
                    for c in inst.values())  # fmt: skip
-        out.append((f"{title}{FAIR}", fig, f"{runs} run{'' if runs == 1 else 's'}", v))
+        out.append((f"{title}{FAIR}", fig, n_runs(runs), v))
     return out
 
 
@@ -140,6 +140,11 @@ def readme_line(done: dict[str, dict]) -> str | None:
             f"dropout and margin chosen on the slice, trained to convergence): "
             f"{len(picked)} of {len(fair.rows())} rows searched, dev rsum {rows}. Claims with "
             f"a verdict: {'; '.join(said) or 'none yet (they need three seeds)'}.")  # fmt: skip
+
+
+def n_runs(n: int) -> str:
+    """``"1 run"``, ``"n runs"``."""
+    return f"{n} run" if n == 1 else f"{n} runs"
 
 
 def inst_name(family: str, variant: str, seed: int) -> str:

@@ -14,6 +14,7 @@ import numpy as np
 
 from . import fair_report, families, papers
 from .explanations import FROM_RUNS, PARTLY, TESTED_BY, UNTESTED_WORDS
+from .fair_report import n_runs
 from .protocol import (
     CELLS,
     EPOCHS,
@@ -48,10 +49,6 @@ def _uses_abs(variant: str) -> bool:
     return families.MOE_SETTINGS[variant.split("-", 1)[1]][2]
 
 
-def _runs(n: int) -> str:
-    return f"{n} run" if n == 1 else f"{n} runs"
-
-
 def _flat(c: dict) -> bool:
     """Whether an instability run ended in the order loss's flat state: most dev pairs
     free of order violation (see :func:`scoring.order_stats`)."""
@@ -71,7 +68,7 @@ def _falling(c: dict) -> bool:
 def _unprobed(cells: list[dict]) -> str:
     """A sentence naming the cells that lack ``order_stats``, or ''."""
     n = sum("order_stats" not in c for c in cells)
-    return (f"{_runs(n)} not yet probed for the flat state (python benchmarks/research/claims.py "
+    return (f"{n_runs(n)} not yet probed for the flat state (python benchmarks/research/claims.py "
             "--add-order-stats).") if n else ""  # fmt: skip
 
 
@@ -134,7 +131,7 @@ def poe_explanation(done: dict[str, dict]) -> str:
         )  # fmt: skip
         names = ", ".join(sorted({c["variant"] for c in flat}))
         parts.append(
-            f"{_runs(len(flat))} of POE that did not start ({names}) had learned before it "
+            f"{n_runs(len(flat))} of POE that did not start ({names}) had learned before it "
             f"ended: the best epoch, chosen on the slice ({in_ls} of {len(flat)} in the L_S "
             f"phase), reached dev rsum {_span(best, '.1f')}. Then L_M, at the setting's "
             "learning rate, took them into the same flat state as MOE's runs without abs "
@@ -156,14 +153,14 @@ def poe_explanation(done: dict[str, dict]) -> str:
     if rest:
         names = ", ".join(sorted({c["variant"] for c in rest}))
         parts.append(
-            f"{_runs(len(rest))} of POE that did not start ({names}) are not in that state; "
+            f"{n_runs(len(rest))} of POE that did not start ({names}) are not in that state; "
             f"the best epoch reached dev rsum {_span([c['dev']['rsum'] for c in rest], '.1f')}"
             ", and the last, an L_M epoch, "
             f"{_span([c['dev_last']['rsum'] for c in rest], '.1f')}, under the criterion's "
             f"{families.STARTED:g}."
         )
     if no_max:
-        parts.append(f"{_runs(len(no_max))} never reached L_M (counted as not started).")
+        parts.append(f"{n_runs(len(no_max))} never reached L_M (counted as not started).")
     return " ".join(filter(None, [*parts, _unprobed([c for c in cells if c not in no_max])]))
 
 
@@ -191,7 +188,7 @@ def moe_note(done: dict[str, dict]) -> str:
     if flat:
         names = ", ".join(sorted({c["variant"] for c in flat}))
         parts.append(
-            f"{len(flat)} of the {_runs(len(failed))} that did not start ({names}) end in "
+            f"{len(flat)} of the {n_runs(len(failed))} that did not start ({names}) end in "
             f"the order loss's flat state: {stat(flat, 'zero_violation_pairs')} of dev's "
             "image-caption pairs are free of order violation, and the last epoch's mean loss "
             f"is {_span([_last_ratio(c) for c in flat], '.4f')} of 2 x batch x margin, the "

@@ -112,6 +112,26 @@ def test_a_probe_trained_elsewhere_keeps_its_recorded_start(tmp_path, monkeypatc
     assert moe_start.starts() == ([], {})
 
 
+def test_the_instability_runs_are_not_read_as_the_searchs_cells(tmp_path, monkeypatch):
+    """An instability run (a ``variant`` at a fixed setting, no recipe) is the claims
+    report's to count: the starts list the search's cells only, and do not fail on it."""
+    floor = plateau(0.05, 128, 27_500)
+    curve = {"epoch": [0, 1], "phase": ["max"] * 2, "loss": [floor, floor * 0.5],
+             "rsum": [10.0, 40.0]}  # fmt: skip
+    config = {"data": {"features": "fne"}, "train": {"captions": "all", "batch_size": 128},
+              "loss": {"margin": 0.05}}  # fmt: skip
+    search = _cell(curve=curve, config=config)
+    inst = {k: v for k, v in search.items() if k != "recipe"}
+    inst |= {"cell": "fair-inst-moe-fne-bl-s0", "family": "moe", "variant": "fne-bl"}
+    monkeypatch.setattr(moe_start, "OUT", tmp_path / "moe_start.json")
+    monkeypatch.setattr(moe_start.protocol, "load_cells", lambda folder: {"c": search, "i": inst})
+    monkeypatch.setattr(moe_start, "epoch_rows", lambda config: 27_500)
+    monkeypatch.setattr(moe_start, "input_cosines", lambda data: {"none": 0.0})
+    runs, _ = moe_start.starts()
+    assert [r["cell"] for r in runs] == ["c"]
+    assert (runs[0]["reached"], runs[0]["left"]) == (0, 1)
+
+
 def test_only_the_l_m_epochs_of_a_curve_count_and_keep_their_numbers(tmp_path, monkeypatch):
     """A POE cell's curve holds its L_S epochs first: the start is read from its L_M
     epochs, numbered as the run numbers them, and a curve whose L_M epochs are not the

@@ -13,8 +13,9 @@ epoch is ``2a * sum |b|^2 / sum |b|`` (12.79 for 27,500 rows in batches of 128 a
 0.05). A loss above it means the hardest negatives outscore the positives: the model does
 worse on its own training batches than one that says nothing.
 
-For every MOE cell (and the L_M phase of every POE cell) recorded in
-``benchmarks/research/cells_fair/``, this reads the run's per-epoch losses and slice rsums
+For every MOE cell of the search (and the L_M phase of every POE cell) recorded in
+``benchmarks/research/cells_fair/`` (the instability runs, ``fair-inst-*``, are not the
+search's: the claims report counts them), this reads the run's per-epoch losses and slice rsums
 from the cell's record (``curve``; for a cell recorded before the runner kept it, its run
 folder's ``~/.cache/vsekit/claims/runs/<cell>/metrics.jsonl``, or the curve this script
 recorded then, added to the cell by ``claims.py --add-curves``) and records: the first
@@ -195,7 +196,9 @@ def _group(cell: dict) -> str:
 def starts() -> tuple[list[dict], dict[str, dict[str, float]]]:
     """Every MOE and POE cell's start, and each feature's input cosines."""
     done = protocol.load_cells(fair.CELLS)
-    cells = [c for c in done.values() if c["row"].endswith(("-moe", "-poe"))]
+    # The search's cells, which carry their recipe; the instability runs (``variant``, a
+    # fixed setting at the first protocol's rates) are counted by the claims report.
+    cells = [c for c in done.values() if "recipe" in c and c["row"].endswith(("-moe", "-poe"))]
     rows: dict[str, int] = {}
     cosines: dict[str, dict[str, float]] = {}
     out = []

@@ -42,7 +42,9 @@ EXPLAIN = {
         "There, on the shifted input its search chose, every FNE-MOE seed the claims "
         "compare left the loss plateau and converged (the MOE-start table in "
         "docs/benchmarks.md), and the FNE's shortfall against pool5 is within two standard "
-        "errors of zero (the fair protocol's claim of the same name)."
+        "errors of zero (the fair protocol's claim of the same name). Its float FNE-MOE row "
+        "tests, at convergence, what the ternarisation costs on this loss (the FNE against "
+        "its standardised floats, and the floats against pool5)."
     ),
     "soe": (
         "The paper's SOE-over-SH margin is a single run per row: 1.7 rsum on FC7, and on the "
@@ -248,6 +250,8 @@ TESTED_BY: dict[str, tuple[str, ...]] = {
         "MOE's starts depend on its settings",
         f"MOE's starts depend on its settings{FAIR}",
         f"FNE beats the one-layer embedding (MOE){FAIR}",
+        f"Ternary FNE beats float FNE (MOE){FAIR}",
+        f"Float FNE beats the one-layer embedding (MOE){FAIR}",
     ),
     "FNE beats the one-layer embedding (SH, thresholds -0.5/0.5)": (
         "FNE beats the one-layer embedding (SH, standardised, not ternarised)",

@@ -437,12 +437,18 @@ def left_start(slice_rsum: float) -> bool:
     return slice_rsum >= STARTED_SLICE
 
 
+def searched(rec: dict) -> bool:
+    """Whether a recorded cell is one of the search's (Table 2 rows, with their recipe),
+    not an instability run (a fixed ``variant`` setting, counted by the claims report)."""
+    return "recipe" in rec
+
+
 def runs_on(rec: dict) -> bool:
     """Whether a recorded Table 2 cell is to be resumed with the cap at ``EXTENDED_CAP``:
     the cap, not its stopping rule, ended it, after it left its start (the amendment of
     2026-11-28, "A run the cap stopped runs on")."""
     return (
-        "recipe" in rec  # not an instability run
+        searched(rec)
         and rec["hit_cap"]
         and "extended_from" not in rec  # once
         and rec["config"]["train"]["epochs"] < EXTENDED_CAP

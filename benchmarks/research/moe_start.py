@@ -196,9 +196,7 @@ def _group(cell: dict) -> str:
 def starts() -> tuple[list[dict], dict[str, dict[str, float]]]:
     """Every MOE and POE cell's start, and each feature's input cosines."""
     done = protocol.load_cells(fair.CELLS)
-    # The search's cells, which carry their recipe; the instability runs (``variant``, a
-    # fixed setting at the first protocol's rates) are counted by the claims report.
-    cells = [c for c in done.values() if "recipe" in c and c["row"].endswith(("-moe", "-poe"))]
+    cells = [c for c in done.values() if fair.searched(c) and c["row"].endswith(("-moe", "-poe"))]
     rows: dict[str, int] = {}
     cosines: dict[str, dict[str, float]] = {}
     out = []

@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from research import fair_protocol as fair  # noqa: E402
-from research import fair_report  # noqa: E402
+from research import fair_report, families  # noqa: E402
 
 
 def _cell(c: fair.FairCell, slice_rsum: float, dev_rsum: float) -> dict:
@@ -290,6 +290,21 @@ def test_the_report_counts_the_instability_runs_by_the_first_rules():
     assert (
         "| MOE's starts depend on its settings, fair protocol | — | 12 runs | not yet run |" in text
     )
+    # once a family's 30 runs are in, the settings that differ from the paper (MOE) and
+    # from the first protocol's 4 epochs are named, beside the table
+    text = "\n".join(fair_report.section(done, {}))
+    paper = "MOE's counts differ from the paper's Table 5 by 3 runs or more at "
+    assert f"{paper}fc7-bl-abs 5/5 (paper 0/5), fc7-abs 5/5 (paper 0/5), fne-abs 0/5 (" in text
+    assert "4-epoch counts" not in text  # no first-protocol runs given
+    # the first protocol: FC7 started everywhere, the FNE nowhere, MOE and POE alike
+    old = {families.first_name(c.family, c.variant, c.seed): _inst(c, 50.0 if c.feature == "fc7"
+           else 3.0) for c in fair.inst_cells()}  # fmt: skip
+    text = "\n".join(fair_report.section(done, old))
+    assert "MOE's counts equal the first protocol's 4-epoch counts at every setting." in text
+    moved = "POE's counts differ from the first protocol's 4-epoch counts at "
+    assert f"{moved}fne-bl 5/5 (4 epochs: 0/5), fne-bl-abs 5/5 (4 epochs: 0/5), fne-abs 4/5" in text
+    assert "POE's counts differ from the paper" not in text  # the paper gives MOE's only
+    assert "MOE's counts differ" not in "\n".join(fair_report.section(part, {}))
     first = fair.inst_cells()[0].name
     text = "\n".join(fair_report.section({first: done[first]}, {}))
     assert "| FC7-MOE-bl | 0.0002 | 0.2 | no | — (1 of 5 run) | 10-10 |" in text

@@ -178,7 +178,37 @@ def inst_section(inst: dict[str, dict], first: dict[str, dict]) -> list[str]:
                 f"{'—' if old is None else f'{old}/5'} | {papers.MOE_STARTS[v]}/5 | "
                 f"{'—' if poe is None else f'{poe}/5'} |"
             )
-    return lines
+    return lines + inst_comparison(inst, first)
+
+
+def inst_comparison(inst: dict[str, dict], first: dict[str, dict]) -> list[str]:
+    """Once a family's 30 runs are in: the settings whose count differs from the paper's
+    Table 5 by 3 runs or more (MOE only; the first protocol's caveat uses the same
+    margin) and those whose count differs from the first protocol's 4-epoch count, so
+    that a verdict on the claims does not hide which settings start."""
+    settings = [f"{f}-{k}" for f in ("fc7", "fne") for k in families.MOE_SETTINGS]
+    out = []
+    for family in ("moe", "poe"):
+        here = {v: families.moe_starts(inst, family, v, inst_name) for v in settings}
+        if any(n is None for n in here.values()):
+            continue
+        name = family.upper()
+        if family == "moe":
+            paper = papers.MOE_STARTS
+            differ = [f"{v} {n}/5 (paper {paper[v]}/5)" for v, n in here.items()
+                      if abs(n - paper[v]) >= 3]  # fmt: skip
+            out.append(f"{name}'s counts differ from the paper's Table 5 by 3 runs or more "
+                       f"at {', '.join(differ) or 'no setting'}.")  # fmt: skip
+        old = {v: families.moe_starts(first, family, v) for v in settings}
+        if any(n is None for n in old.values()):
+            continue
+        moved = [f"{v} {n}/5 (4 epochs: {old[v]}/5)" for v, n in here.items() if n != old[v]]
+        out.append(
+            f"{name}'s counts differ from the first protocol's 4-epoch counts at "
+            f"{', '.join(moved)}." if moved
+            else f"{name}'s counts equal the first protocol's 4-epoch counts at every setting."
+        )  # fmt: skip
+    return ["", " ".join(out)] if out else []
 
 
 def gpu_of(cell: dict) -> str | None:

@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from research import fair_protocol as fair  # noqa: E402
-from research import fair_report, families  # noqa: E402
+from research import fair_report, families, papers  # noqa: E402
 
 
 def _cell(c: fair.FairCell, slice_rsum: float, dev_rsum: float) -> dict:
@@ -293,23 +293,47 @@ def test_the_report_counts_the_instability_runs_by_the_first_rules():
     # once a family's 30 runs are in, the settings that differ from the paper (MOE) and
     # from the first protocol's 4 epochs are named, beside the table
     text = "\n".join(fair_report.section(done, {}))
-    paper = "MOE's counts differ from the paper's Table 5 by 3 runs or more at "
-    assert f"{paper}fc7-bl-abs 5/5 (paper 0/5), fc7-abs 5/5 (paper 0/5), fne-abs 0/5 (" in text
+    paper = "MOE's start counts differ from the paper's Table 5 by 3 runs or more at "
+    assert (
+        f"{paper}FC7-MOE-bl-abs 5/5 (paper 0/5), FC7-MOE-abs 5/5 (paper 0/5), FNE-MOE-abs" in text
+    )
     assert "4-epoch counts" not in text  # no first-protocol runs given
-    # the first protocol: FC7 started everywhere, the FNE nowhere, MOE and POE alike
-    old = {families.first_name(c.family, c.variant, c.seed): _inst(c, 50.0 if c.feature == "fc7"
-           else 3.0) for c in fair.inst_cells()}  # fmt: skip
+    assert "start counts" not in "\n".join(fair_report.section(part, {}))
+
+    # the first protocol: MOE started at FC7 only, POE everywhere but FC7-bl
+    def started_first(c: fair.InstCell) -> bool:
+        return c.feature == "fc7" if c.family == "moe" else c.variant != "fc7-bl"
+
+    old = {families.first_name(c.family, c.variant, c.seed):
+           _inst(c, 50.0 if started_first(c) else 3.0) for c in fair.inst_cells()}  # fmt: skip
     text = "\n".join(fair_report.section(done, old))
-    assert "MOE's counts equal the first protocol's 4-epoch counts at every setting." in text
-    moved = "POE's counts differ from the first protocol's 4-epoch counts at "
-    assert f"{moved}fne-bl 5/5 (4 epochs: 0/5), fne-bl-abs 5/5 (4 epochs: 0/5), fne-abs 4/5" in text
-    assert "POE's counts differ from the paper" not in text  # the paper gives MOE's only
-    assert "MOE's counts differ" not in "\n".join(fair_report.section(part, {}))
+    assert "MOE's start counts equal the first protocol's 4-epoch counts at every setting." in text
+    moved = "POE's start counts differ from the first protocol's 4-epoch counts at "
+    assert f"{moved}FC7-POE-bl 5/5 (4 epochs: 0/5), FNE-POE-abs 4/5 (4 epochs: 5/5)." in text
+    assert "POE's start counts differ from the paper" not in text  # the paper gives MOE's only
+    # one run in
     first = fair.inst_cells()[0].name
     text = "\n".join(fair_report.section({first: done[first]}, {}))
     assert "| FC7-MOE-bl | 0.0002 | 0.2 | no | — (1 of 5 run) | 10-10 |" in text
     assert "| MOE's starts depend on its settings, fair protocol | — | 1 run | not yet run |" in (
         text
+    )
+
+
+def test_a_setting_is_named_against_the_paper_from_a_gap_of_three_runs():
+    # the paper: fc7-bl 5/5, fc7-bl-abs 0/5, fc7-abs 0/5, fne-bl 0/5, fne-bl-abs 0/5, fne-abs 4/5
+    def count(paper_or_here: dict[str, int]) -> dict[str, dict]:
+        return {c.name: _inst(c, 50.0 if c.seed < paper_or_here[c.variant] else 3.0)
+                for c in fair.inst_cells() if c.family == "moe"}  # fmt: skip
+
+    here = {"fc7-bl": 2, "fc7-bl-abs": 2, "fc7-abs": 0, "fne-bl": 0, "fne-bl-abs": 0, "fne-abs": 1}
+    text = fair_report.inst_comparison(count(here), {})[-1]
+    # 3 runs from the paper's count is named, 2 is not
+    assert text == ("MOE's start counts differ from the paper's Table 5 by 3 runs or more at "
+                    "FC7-MOE-bl 2/5 (paper 5/5), FNE-MOE-abs 1/5 (paper 4/5).")  # fmt: skip
+    text = fair_report.inst_comparison(count(papers.MOE_STARTS), {})[-1]
+    assert (
+        text == "No setting's MOE start count differs from the paper's Table 5 by 3 runs or more."
     )
 
 

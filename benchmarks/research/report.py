@@ -166,7 +166,8 @@ def poe_explanation(done: dict[str, dict]) -> str:
 
 def moe_note(done: dict[str, dict]) -> str:
     """The caveat on "MOE's starts depend on its settings", from the recorded MOE cells:
-    the settings whose starts differ from the paper's by 3 runs or more, and the state
+    the settings whose starts differ from the paper's by ``families.PAPER_GAP`` runs or
+    more, and the state
     the runs that did not start end in (their ``order_stats``; see
     :func:`scoring.order_stats`). Empty until every MOE run is recorded."""
     moe = {k: families.moe_starts(done, "moe", k) for k in papers.MOE_STARTS}
@@ -174,7 +175,11 @@ def moe_note(done: dict[str, dict]) -> str:
         return ""
     paper = papers.MOE_STARTS
     parts = []
-    differ = [f"{k} {n}/5 (paper {paper[k]}/5)" for k, n in moe.items() if abs(n - paper[k]) >= 3]
+    differ = [
+        f"{k} {n}/5 (paper {paper[k]}/5)"
+        for k, n in moe.items()
+        if abs(n - paper[k]) >= families.PAPER_GAP
+    ]
     if differ:
         parts.append("Which settings start is not the paper's: " + ", ".join(differ) + ".")
     failed = [c for c in done.values() if c.get("family") == "moe" and not families.started(c)]

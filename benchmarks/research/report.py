@@ -167,8 +167,7 @@ def poe_explanation(done: dict[str, dict]) -> str:
 def moe_note(done: dict[str, dict]) -> str:
     """The caveat on "MOE's starts depend on its settings", from the recorded MOE cells:
     the settings whose starts differ from the paper's by ``families.PAPER_GAP`` runs or
-    more, and the state
-    the runs that did not start end in (their ``order_stats``; see
+    more, and the state the runs that did not start end in (their ``order_stats``; see
     :func:`scoring.order_stats`). Empty until every MOE run is recorded."""
     moe = {k: families.moe_starts(done, "moe", k) for k in papers.MOE_STARTS}
     if any(n is None for n in moe.values()):

@@ -129,10 +129,19 @@ def test_an_explanation_is_marked_by_the_verdicts_of_the_claims_that_test_it(mon
     assert f"{tests[0]} (confirmed); {tests[1]} (refuted)" in report.tested_by(title, run)
     # an explanation whose own text says part of it is untested is partly tested at best
     assert status(title, "refuted", "... the width is untested.", run) == "partly tested"
-    moe = "FNE beats the one-layer embedding (MOE)"  # in PARTLY: its mechanism has no test
+    fne = "FNE beats the one-layer embedding (MH)"  # in PARTLY: the standardisation's cost
+    fne_run = {t: "confirmed" for t in explanations.TESTED_BY[fne]}
+    assert fne in explanations.PARTLY
+    assert status(fne, "refuted", "text", fne_run) == "partly tested"
+    # FNE-MOE's mechanism is tested by POE's fair instability runs: tested once they are in
+    moe, poe = (
+        "FNE beats the one-layer embedding (MOE)",
+        "POE starts where MOE fails to, fair protocol",
+    )
     moe_run = {t: "confirmed" for t in explanations.TESTED_BY[moe]}
-    assert moe in explanations.PARTLY
-    assert status(moe, "refuted", "text", moe_run) == "partly tested"
+    assert poe in moe_run and moe not in explanations.PARTLY
+    assert status(moe, "refuted", "text", moe_run) == "tested"
+    assert status(moe, "refuted", "text", {**moe_run, poe: "not yet run"}) == "partly tested"
 
 
 def test_every_tested_by_entry_names_claims_of_the_report():

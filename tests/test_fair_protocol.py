@@ -179,6 +179,39 @@ def test_each_setting_is_set_once_and_the_curriculum_rows_get_their_rates():
     assert ph["train.lr_max_phase"] is None and ph["train.patience"] == fair.PATIENCE
 
 
+def test_pool5s_standardised_block_runs_on_mh_and_soe_after_table_2_and_its_claims_read_it():
+    """The amendment of 2026-12-05: a row of pool5's block as standardised floats for MH
+    and SOE, searched like the float FNE's rows, after every Table 2 row's cells and
+    before the instability runs; two claims per pipeline compare it seed by seed."""
+    assert fair.rows()[-2:] == ["p5f-mh", "p5f-soe"] and len(fair.rows()) == 20
+    assert fair.norms("p5f-mh") == fair.norms("p5f-soe") == ("none", "layernorm")
+    cell = fair.FairCell("p5f-soe", fair.Recipe(-6, "layernorm", 0.5), 1)
+    s = cell.settings("STORE", 0.05)
+    assert (
+        s["data.features"] == "fne[layers=layer4.2;t=none]" and s["model.img_norm"] == "layernorm"
+    )
+    assert cell.config == "configs/flickr8k-fne-soe.yaml"
+    todo = fair.pending({})
+    kinds = [("p5f" if c.row.startswith("p5f") else "inst" if isinstance(c, fair.InstCell)
+              else "t2") for c in todo]  # fmt: skip
+    first_p5f = kinds.index("p5f")
+    assert "t2" not in kinds[first_p5f:] and "inst" not in kinds[:first_p5f]
+    # the claims: better and worse rows, seed by seed (dev: a feature's bonus and noise)
+    peaked = _peaked(-6)
+    bonus = {"fc7": (30, 31, 29), "fnef": (11, 10, 9), "p5f": (20, 19, 21)}
+    done, _ = _run_grid(peaked, ("fc7-mh", "fnef-mh", "p5f-mh"),
+                        dev_of=lambda c: peaked(c) + c.seed + bonus[c.feature][c.seed])  # fmt: skip
+    v = fair_report.verdicts(done)
+    std, blocks = (f"{t} (MH), fair protocol" for t in (
+        "L2-normalised pool5 beats pool5's block as standardised floats",
+        "Float FNE beats pool5's block as standardised floats"))  # fmt: skip
+    assert v[std] == "confirmed" and v[blocks] == "refuted"
+    assert v[std.replace("(MH)", "(SOE)")] == "not yet run"
+    text = "\n".join(fair_report.section(done))
+    assert f"| {std} | +10.0 ± 1.2, t +8.7 | 3 | confirmed |" in text
+    assert "| P5F-MH | " in text
+
+
 def test_the_report_section_reads_the_cells():
     assert fair_report.section({}) == [] and fair_report.readme_line({}) is None
     peaked = _peaked(-6)
@@ -189,7 +222,7 @@ def test_the_report_section_reads_the_cells():
     assert "| 40 s | 13-13 |" in text  # the row's fastest epoch; its seeds' epochs run
     assert "sit at its top" not in text  # the synthetic rows chose dropout 0.2
     line = fair_report.readme_line(done)
-    assert "3 of 18 rows searched, dev rsum FNE-SH 299.0 (paper 261.6), 3 of 3 seeds;" in line
+    assert "3 of 20 rows searched, dev rsum FNE-SH 299.0 (paper 261.6), 3 of 3 seeds;" in line
     assert "FNE beats the one-layer embedding: SH one model: fails;" in line
     sh = "| FNE beats the one-layer embedding (SH), fair protocol |"
     assert f"{sh} -20.0 ± 0.0 | 3 | one model: fails |" in text

@@ -62,7 +62,8 @@ def split(done: dict[str, dict]) -> tuple[dict[str, dict], dict[str, dict]]:
 
 # a feature's name in the report, and what its input is
 ROW_NAMES = {"fc7": ("FC7", "pool5, L2"), "fne": ("FNE", "ternary"),
-             "fnef": ("float FNE", "standardised")}  # fmt: skip
+             "fnef": ("float FNE", "standardised"),
+             "p5f": ("pool5 float", "pool5's block, standardised")}  # fmt: skip
 
 CLAIMS = [
     *((f"FNE beats the one-layer embedding ({p.upper()}){FAIR}", f"fne-{p}", f"fc7-{p}")
@@ -75,6 +76,11 @@ CLAIMS = [
     *((f"{a.upper()} beats {b.upper()} ({f.upper()}){FAIR}", f"{f}-{a}", f"{f}-{b}")
       for f in ("fc7", "fne") for a, b in (("mh", "sh"), ("soe", "sh"), ("mh", "ph"),
                                            ("poe", "moe"))),
+    # the amendment of 2026-12-05: what standardising costs and what the other blocks add
+    *((f"L2-normalised pool5 beats pool5's block as standardised floats ({p.upper()}){FAIR}",
+       f"fc7-{p}", f"p5f-{p}") for p in fair.STANDARDISED_POOL5),
+    *((f"Float FNE beats pool5's block as standardised floats ({p.upper()}){FAIR}",
+       f"fnef-{p}", f"p5f-{p}") for p in fair.STANDARDISED_POOL5),
 ]  # fmt: skip
 
 
@@ -274,7 +280,8 @@ def fastest_epochs(cells: list[dict], label: bool) -> str:
 
 # the store's files each feature reads (``runner.store_digest``'s keys)
 READS = {"fc7": ("pooled.f32",), "fne": ("fne.i8",),
-         "fnef": ("pooled.f32", "fne_stats.safetensors")}  # fmt: skip
+         "fnef": ("pooled.f32", "fne_stats.safetensors"),
+         "p5f": ("pooled.f32", "fne_stats.safetensors")}  # fmt: skip
 
 
 def store_id(cell: dict) -> str:

@@ -129,19 +129,29 @@ def test_an_explanation_is_marked_by_the_verdicts_of_the_claims_that_test_it(mon
     assert f"{tests[0]} (confirmed); {tests[1]} (refuted)" in report.tested_by(title, run)
     # an explanation whose own text says part of it is untested is partly tested at best
     assert status(title, "refuted", "... the width is untested.", run) == "partly tested"
-    fne = "FNE beats the one-layer embedding (MH)"  # in PARTLY: the standardisation's cost
+    fne = "FNE beats the one-layer embedding (MH)"  # in PARTLY: pool5's block's ternarisation
     fne_run = {t: "confirmed" for t in explanations.TESTED_BY[fne]}
     assert fne in explanations.PARTLY
     assert status(fne, "refuted", "text", fne_run) == "partly tested"
-    # FNE-MOE's mechanism is tested by POE's fair instability runs: tested once they are in
-    moe, poe = (
-        "FNE beats the one-layer embedding (MOE)",
-        "POE starts where MOE fails to, fair protocol",
-    )
+    # FNE-MOE: the POE runs bear on its mechanism but cannot single it out, so it stays
+    # partly tested whatever their verdicts
+    moe = "FNE beats the one-layer embedding (MOE)"
     moe_run = {t: "confirmed" for t in explanations.TESTED_BY[moe]}
-    assert poe in moe_run and moe not in explanations.PARTLY
-    assert status(moe, "refuted", "text", moe_run) == "tested"
-    assert status(moe, "refuted", "text", {**moe_run, poe: "not yet run"}) == "partly tested"
+    assert {"POE starts where MOE fails to", "POE starts where MOE fails to, fair protocol"} <= set(
+        moe_run
+    )
+    assert moe in explanations.PARTLY
+    assert status(moe, "refuted", "text", moe_run) == "partly tested"
+    # the amendment of 2026-12-05: MH and SOE are tested by pool5's standardised block too
+    for p in ("MH", "SOE"):
+        tests = explanations.TESTED_BY[f"FNE beats the one-layer embedding ({p})"]
+        assert f"Ternary FNE beats float FNE ({p}), fair protocol" in tests
+        for t in ("L2-normalised pool5 beats pool5's block as standardised floats",
+                  "Float FNE beats pool5's block as standardised floats"):  # fmt: skip
+            assert f"{t} ({p}), fair protocol" in tests
+    assert "pool5's block" not in " ".join(
+        explanations.TESTED_BY["FNE beats the one-layer embedding (PH)"]
+    )
 
 
 def test_every_tested_by_entry_names_claims_of_the_report():

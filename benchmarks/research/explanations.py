@@ -26,7 +26,11 @@ EXPLAIN = {
         "paper's figure and its floats trail pool5 most, the fair protocol also tests (from "
         "2026-12-05, before those cells ran) what standardising costs (pool5's block as "
         "standardised floats against L2 pool5) and what the other blocks add (the float FNE "
-        "against pool5's block, both standardised)."
+        "against pool5's block, both standardised). On MH that test goes against the "
+        "reading above: standardising costs, but the other blocks cost more than it and "
+        "the ternarisation each (the fair protocol's MH claims on pool5's block), so there "
+        "the FNE's other blocks are its largest cost; why they cost on MH, and not on SH, "
+        "is untested."
     ),
     "fne-moe": (
         "Here the claim compares a row that never started learning with one that barely "

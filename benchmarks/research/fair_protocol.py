@@ -275,8 +275,8 @@ FEATURES = ("fc7", "fne", "fnef")
 # each feature's data.features
 KIND = {"fc7": "baseline", "fne": "fne", "fnef": "fne[t=none]",
         "p5f": "fne[layers=layer4.2;t=none]"}  # fmt: skip
-NORMS = {"fc7": ("none",), "fne": ("none", "layernorm"), "fnef": ("none", "layernorm"),
-         "p5f": ("none", "layernorm")}  # fmt: skip
+NORMS = {"fc7": ("none",), "fne": ("none", "layernorm"), "fnef": ("none", "layernorm")}
+NORMS["p5f"] = NORMS["fnef"]  # searched as the float FNE is (the amendment of 2026-12-05)
 # the amendment of 2026-12-05: pool5's block as standardised floats, on two pipelines
 STANDARDISED_POOL5 = ("mh", "soe")
 EXTRA_ROWS = tuple(f"p5f-{p}" for p in STANDARDISED_POOL5)

@@ -280,8 +280,8 @@ def fastest_epochs(cells: list[dict], label: bool) -> str:
 
 # the store's files each feature reads (``runner.store_digest``'s keys)
 READS = {"fc7": ("pooled.f32",), "fne": ("fne.i8",),
-         "fnef": ("pooled.f32", "fne_stats.safetensors"),
-         "p5f": ("pooled.f32", "fne_stats.safetensors")}  # fmt: skip
+         "fnef": ("pooled.f32", "fne_stats.safetensors")}  # fmt: skip
+READS["p5f"] = READS["fnef"]  # a block of the same standardised activations
 
 
 def store_id(cell: dict) -> str:

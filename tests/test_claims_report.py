@@ -140,6 +140,9 @@ def test_an_explanation_is_marked_by_the_verdicts_of_the_claims_that_test_it(mon
     assert {"POE starts where MOE fails to", "POE starts where MOE fails to, fair protocol"} <= set(
         moe_run
     )
+    # the amendment of 2026-12-06 tests its narrower form: the centred input, not the start
+    shift = "MOE starts on the FNE's inputs plus one, where it fails on the centred inputs"
+    assert f"{shift} (FNE-MOE-bl), fair protocol" in moe_run
     assert moe in explanations.PARTLY
     assert status(moe, "refuted", "text", moe_run) == "partly tested"
     # the amendment of 2026-12-05: MH and SOE are tested by pool5's standardised block too

@@ -353,6 +353,41 @@ def test_the_report_counts_the_instability_runs_by_the_first_rules():
     )
 
 
+def test_moe_reruns_fne_bl_on_the_inputs_plus_one_after_every_other_cell_and_is_judged():
+    """The amendment of 2026-12-06: the same setting and seeds as the centred FNE-MOE-bl
+    runs, on the FNE plus one, listed last; its claim takes POE's rule."""
+    shifted = fair.shift_cells()
+    assert [c.name for c in shifted] == [f"fair-inst-moe-fne-bl-shift-s{s}" for s in range(5)]
+    todo = fair.pending({})
+    assert [c.name for c in todo[-5:]] == [c.name for c in shifted]
+    assert not any(getattr(c, "shift", False) for c in todo[:-5])
+    centred = fair.InstCell("moe", "fne-bl", 3).settings("STORE", 0.2)
+    s = shifted[3].settings("STORE", 0.2)
+    assert s.pop("data.features") == "fne[shift=1]" and centred.pop("data.features") == "fne"
+    assert s == centred  # nothing else differs
+    # judged against the centred runs, which the plain claims alone count
+    done = {c.name: _inst(c, 50.0 if c.feature == "fc7" else 3.0) for c in fair.inst_cells()}
+    title = ("MOE starts on the FNE's inputs plus one, where it fails on the centred inputs "
+             "(FNE-MOE-bl), fair protocol")  # fmt: skip
+
+    def claim(starts: int, runs: int = 5) -> tuple[str, str, str]:
+        cells = {c.name: {**_inst(c, 50.0 if c.seed < starts else 3.0), "shift": True}
+                 for c in shifted[:runs]}  # fmt: skip
+        rows = {t: (fig, n, v) for t, fig, n, v in fair_report.claim_rows(done | cells)}
+        assert rows["MOE's starts depend on its settings, fair protocol"][1] == "30 runs"
+        return rows[title]
+
+    assert claim(5) == ("fne-bl+1 5/5 (centred 0/5)", "5 runs", "confirmed")
+    assert claim(2)[2] == "inconclusive" and claim(0)[2] == "refuted"
+    assert claim(5, runs=4) == ("—", "4 runs", "not yet run")
+    cells = {c.name: {**_inst(c, 50.0), "shift": True} for c in shifted[:2]}
+    text = "\n".join(fair_report.section(done | cells, {}))
+    assert "at FNE-MOE-bl's setting and seeds: 2 of 5 run so far, 10 to 11 epochs run." in text
+    assert "| fair-inst-moe-fne-bl-shift-s1 | 66.0 | 50.0 |" in text
+    # the centred runs' table is unchanged by the runs on the shifted input
+    assert "| FNE-MOE-bl | 0.0002 | 0.2 | no | 0/5 | 10-14 |" in text
+
+
 def test_a_setting_is_named_against_the_paper_from_a_gap_of_three_runs():
     # the paper: fc7-bl 5/5, fc7-bl-abs 0/5, fc7-abs 0/5, fne-bl 0/5, fne-bl-abs 0/5, fne-abs 4/5
     def count(paper_or_here: dict[str, int]) -> dict[str, dict]:
@@ -476,6 +511,7 @@ def test_an_instability_run_is_recorded_with_its_family_and_judged_on_its_last_m
     assert rec["store_sha256"] == {"fne.i8": "c" * 64}
     # judged on the last model (dev rsum 4), not the best epoch's 35: it did not start
     assert rec["started"] is False and not rec["hit_cap"]
+    assert rec["shift"] is False  # on the FNE as it is (the amendment of 2026-12-06)
 
 
 def test_a_gpu_cell_counts_for_the_search_and_is_marked_but_not_timed():

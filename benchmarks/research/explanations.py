@@ -60,8 +60,14 @@ EXPLAIN = {
         "MOE failed, with seeds 0-2 in), and the first protocol's POE runs at FC7-bl show "
         "that a trained start can still fall into L_M's flat state. Nor do they separate the "
         "hardest negative from the FNE's centred input: on its inputs plus one (the fair "
-        "protocol's shift), FNE-MOE started from a random projection. That part of the "
-        "explanation is untested."
+        "protocol's shift), FNE-MOE started from a random projection. FNE-MOE's stage-1 "
+        "search cells do separate them, at seed 0 only: at each of the four learning rates "
+        "where both inputs ran, no run on the centred input started and every run on the "
+        "input plus one did. That suggests a narrower mechanism: from a random projection, "
+        "the hardest negative fails on the FNE's centred input. The fair protocol declared a "
+        "test of it on 2026-12-06, before its runs: MOE at the MOE-bl setting, where none of "
+        "five centred FNE runs started, again with the same five seeds on the input plus "
+        "one. Until those runs are in, that part of the explanation is untested."
     ),
     "soe": (
         "The paper's SOE-over-SH margin is a single run per row: 1.7 rsum on FC7, and on the "
@@ -278,6 +284,9 @@ TESTED_BY: dict[str, tuple[str, ...]] = {
         f"Float FNE beats the one-layer embedding (MOE){FAIR}",
         "POE starts where MOE fails to",  # the mechanism: L_M from a trained start
         f"POE starts where MOE fails to{FAIR}",
+        # the mechanism's narrower form (the amendment of 2026-12-06)
+        "MOE starts on the FNE's inputs plus one, where it fails on the centred inputs "
+        f"(FNE-MOE-bl){FAIR}",
     ),
     "FNE beats the one-layer embedding (SH, thresholds -0.5/0.5)": (
         "FNE beats the one-layer embedding (SH, standardised, not ternarised)",
@@ -320,7 +329,8 @@ TESTED_BY: dict[str, tuple[str, ...]] = {
 #: claims whose explanation is computed from their own recorded runs (report.py)
 FROM_RUNS = ("POE starts where MOE fails to",)
 #: claims whose explanation has parts no claim tests, so "partly tested" at best:
-#: FNE-MOE's mechanism (the POE runs bear on it but cannot single it out; see its text);
+#: FNE-MOE's mechanism (the POE runs bear on it but cannot single it out; see its text;
+#: the runs on the inputs plus one, declared on 2026-12-06, test its narrower form);
 #: the discretisation claims' "the projection uses the magnitude"; the
 #: standardisation's own cost (pool5-float against L2 pool5 is a table row, not a claim),
 #: which every pipeline's FNE claim shares with SH's (MH and SOE test it from the

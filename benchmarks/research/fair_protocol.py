@@ -258,6 +258,30 @@ and no chosen recipe changes. (This paragraph's first wording, the same day and 
 before any of its cells, named two rows below the paper's figure, not three, and said
 that only the ternarisation was tested; the rows, the claims and the order are as first
 declared.)
+
+**MOE on the FNE's inputs plus one, at MOE-bl** (added on 2026-12-06, before any of its
+runs; every Table 2 row, both pool5-float rows' searches on MH and the 60 instability runs
+were then recorded). The explanation of "FNE beats the one-layer embedding (MOE)" says
+that in the first protocol no FNE-MOE run started because L_M follows only the hardest
+negative, which tells the model little while the projection is still random. The POE
+runs cannot single that out: they change the start (L_S's model), not the input, and on
+the FNE's inputs plus one (``shift`` above) FNE-MOE started from a random projection.
+FNE-MOE's stage-1 cells (seed 0, no dropout, the paper's margin) part the two at each of
+the four learning rates where both inputs ran (1e-4 to 3.2e-3): on the centred input no
+run reached dev rsum ``families.STARTED``, and on the input plus one every run did. That
+is one seed per rate, read after the cells ran, and not a declared test. From this
+amendment one is: MOE at the first protocol's setting ``bl`` (lr 2e-4, margin 0.2, no
+abs), where none of the five centred FNE runs started at this budget, runs again with the
+same five seeds on ``SHIFTED["fne"]`` (``SHIFT_INST``; ``InstCell.shift``, named
+``fair-inst-moe-fne-bl-shift-s<seed>``), everything else as that setting's instability
+runs, after every other cell. The claim "MOE starts on the FNE's inputs plus one, where it
+fails on the centred inputs (FNE-bl), fair protocol" takes the rule of "POE starts where
+MOE fails to" (``families.moe_verdicts``): confirmed if all five start, refuted if no more
+start than on the centred input (0 of 5), inconclusive between. It tests the explanation's
+narrower form, which the stage-1 cells suggest: from a random projection, the hardest
+negative fails on the FNE's centred input. While it has no verdict the explanation stays
+"partly tested" (``explanations.PARTLY``); the text then says what it found. No recorded
+cell and no chosen recipe changes.
 """
 
 from __future__ import annotations
@@ -283,6 +307,8 @@ EXTRA_ROWS = tuple(f"p5f-{p}" for p in STANDARDISED_POOL5)
 # the amendment of 2026-11-28: the FNE off the origin, for these pipelines' FNE rows
 SHIFT_PIPELINES = ("moe", "poe")
 SHIFTED = {"fne": "fne[shift=1]", "fnef": "fne[t=none;shift=1]"}  # data.features
+# the amendment of 2026-12-06: MOE's instability runs on the FNE's inputs plus one
+SHIFT_INST = ("fne-bl",)
 LR_START = (-7, -6, -5)  # half-decade exponents k of lr = 10^(k/2): 3.2e-4, 1e-3, 3.2e-3
 LR_BOUNDS = (-10, -2)  # 1e-5 .. 1e-1
 DROPOUTS = (0.0, 0.2, 0.5)
@@ -380,10 +406,12 @@ class InstCell:
     family: str  # "moe" or "poe"
     variant: str  # FEATURE-SETTING, e.g. "fne-bl-abs", as the first protocol names it
     seed: int
+    shift: bool = False  # on the features plus one (``SHIFT_INST``, the amendment of 2026-12-06)
 
     @property
     def name(self) -> str:
-        return f"fair-inst-{self.family}-{self.variant}-s{self.seed}"
+        shifted = "-shift" if self.shift else ""
+        return f"fair-inst-{self.family}-{self.variant}{shifted}-s{self.seed}"
 
     @property
     def feature(self) -> str:
@@ -418,6 +446,8 @@ class InstCell:
         }
         if self.family == "poe":
             out["train.lr_max_phase"] = None  # L_M at L_S's rate: the setting's own
+        if self.shift:
+            out["data.features"] = SHIFTED[self.feature]
         return out
 
 
@@ -455,6 +485,11 @@ def inst_cells() -> list[InstCell]:
     the six settings (so a partial count covers every setting)."""
     return [InstCell(fam, f"{feat}-{k}", s) for fam in ("moe", "poe") for s in MOE_SEEDS
             for feat in ("fc7", "fne") for k in MOE_SETTINGS]  # fmt: skip
+
+
+def shift_cells() -> list[InstCell]:
+    """MOE's runs on the FNE's inputs plus one (the amendment of 2026-12-06), seed by seed."""
+    return [InstCell("moe", v, s, shift=True) for v in SHIFT_INST for s in MOE_SEEDS]
 
 
 def rows() -> list[str]:
@@ -571,7 +606,8 @@ def chosen(row: str, done: dict[str, dict]) -> Recipe | None:
 def pending(done: dict[str, dict]) -> list[FairCell | InstCell]:
     """The cells that can run now, in order: FIRST's searches, then FIRST's seeds, then
     each other row's search and then its seeds, in Table 2's order; then the instability
-    count's runs. A recorded cell that ``runs_on`` is listed again, where it falls."""
+    count's runs, and last the runs on the FNE's inputs plus one. A recorded cell that
+    ``runs_on`` is listed again, where it falls."""
     found = {row: search(row, slice_score(done, row)) for row in rows()}
     # FIRST's searches side by side, the middle learning rate first: the first cells
     # compare the three features (and the FNE's normalisations) at once
@@ -586,4 +622,5 @@ def pending(done: dict[str, dict]) -> list[FairCell | InstCell]:
             out += [FairCell(row, pick, s) for s in seeds(row) if s]
     if len(out) > 1:  # FIRST's seeds before any other row's cells
         out.sort(key=lambda c: c.row not in FIRST)
-    return [c for c in [*out, *inst_cells()] if c.name not in done or runs_on(done[c.name])]
+    todo = [*out, *inst_cells(), *shift_cells()]
+    return [c for c in todo if c.name not in done or runs_on(done[c.name])]

@@ -101,10 +101,38 @@ def claim_rows(done: dict[str, dict]) -> list[tuple[str, str, str, str]]:
         if v in ("confirmed", "refuted") and abs(m) <= T975[len(diffs) - 1] * se:
             v += " (not at a 95% t-test)"
         out.append((title, fig, str(len(diffs)), v))
-    for title, _, _, fig, v in families.moe_verdicts(inst, inst_name):
+    plain = {n: c for n, c in inst.items() if not c.get("shift")}
+    for title, _, _, fig, v in families.moe_verdicts(plain, inst_name):
         runs = sum(c["family"] == ("moe" if title.startswith("MOE") else "poe")
-                   for c in inst.values())  # fmt: skip
+                   for c in plain.values())  # fmt: skip
         out.append((f"{title}{FAIR}", fig, n_runs(runs), v))
+    return out + shift_claims(inst)
+
+
+def shift_name(family: str, variant: str, seed: int) -> str:
+    return fair.InstCell(family, variant, seed, shift=True).name
+
+
+def shift_claims(inst: dict[str, dict]) -> list[tuple[str, str, str, str]]:
+    """The amendment of 2026-12-06: MOE on the FNE's inputs plus one against the centred
+    runs of the same setting and seeds, by the rule of "POE starts where MOE fails to"."""
+    out = []
+    for v in fair.SHIFT_INST:
+        title = (f"MOE starts on the FNE's inputs plus one, where it fails on the centred "
+                 f"inputs ({inst_label(v, 'moe')}){FAIR}")  # fmt: skip
+        runs = sum(c.get("shift", False) and c["variant"] == v for c in inst.values())
+        centred = families.moe_starts(inst, "moe", v, inst_name)
+        shifted = families.moe_starts(inst, "moe", v, shift_name)
+        n = len(fair.MOE_SEEDS)
+        if centred is None or shifted is None:
+            fig, verdict_ = "—", "not yet run"
+        elif centred == n:
+            fig, verdict_ = f"centred {centred}/{n}", "not testable here"
+        else:
+            fig = f"{v}+1 {shifted}/{n} (centred {centred}/{n})"
+            verdict_ = ("confirmed" if shifted == n else "refuted" if shifted <= centred
+                        else "inconclusive")  # fmt: skip
+        out.append((title, fig, n_runs(runs), verdict_))
     return out
 
 
@@ -139,7 +167,7 @@ def readme_line(done: dict[str, dict]) -> str | None:
     for t, _, _, v in claim_rows(done):
         base, _, where = t.removesuffix(FAIR).rpartition(" (")
         ran = not v.startswith("not yet run")
-        if ran and base and not t.startswith(("MOE's", "POE starts")):
+        if ran and base and not t.startswith(("MOE", "POE starts")):
             by_claim.setdefault(base, []).append(f"{where.rstrip(')')} {v}")
     said = [f"{base}: {', '.join(vs)}" for base, vs in by_claim.items()]
     return (f"* Under the fair protocol (each row's learning rate, input normalisation, "
@@ -184,7 +212,23 @@ def inst_section(inst: dict[str, dict], first: dict[str, dict]) -> list[str]:
                 f"{'—' if old is None else f'{old}/5'} | {papers.MOE_STARTS[v]}/5 | "
                 f"{'—' if poe is None else f'{poe}/5'} |"
             )
-    return lines + inst_comparison(inst, first)
+    return lines + shift_lines(inst) + inst_comparison(inst, first)
+
+
+def shift_lines(inst: dict[str, dict]) -> list[str]:
+    """The runs on the FNE's inputs plus one (the amendment of 2026-12-06), per setting."""
+    out = []
+    for v in fair.SHIFT_INST:
+        runs = [inst[n] for s in fair.MOE_SEEDS if (n := shift_name("moe", v, s)) in inst]
+        n = families.moe_starts(inst, "moe", v, shift_name)
+        spans = sorted(c["epochs_run"] for c in runs)
+        count = f"{n} of 5 started" if n is not None else f"{len(runs)} of 5 run so far"
+        span = f", {spans[0]} to {spans[-1]} epochs run" if spans else ""
+        out.append(
+            f"On the FNE's inputs plus one (`{fair.SHIFTED['fne']}`, the amendment of "
+            f"2026-12-06), at {inst_label(v, 'moe')}'s setting and seeds: {count}{span}."
+        )
+    return ["", " ".join(out)] if out else []
 
 
 def inst_label(variant: str, family: str) -> str:

@@ -227,7 +227,12 @@ def run_fair_cell(cell: fair.FairCell | fair.InstCell) -> dict:
         **(
             {"recipe": cell.recipe.as_dict()}
             if isinstance(cell, fair.FairCell)
-            else {"family": cell.family, "variant": cell.variant, "setting": cell.as_dict()}
+            else {
+                "family": cell.family,
+                "variant": cell.variant,
+                "setting": cell.as_dict(),
+                "shift": cell.shift,
+            }  # fmt: skip
         ),
         "seed": cell.seed,
         "config_file": cell.config,

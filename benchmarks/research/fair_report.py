@@ -101,7 +101,8 @@ def claim_rows(done: dict[str, dict]) -> list[tuple[str, str, str, str]]:
         if v in ("confirmed", "refuted") and abs(m) <= T975[len(diffs) - 1] * se:
             v += " (not at a 95% t-test)"
         out.append((title, fig, str(len(diffs)), v))
-    plain = {n: c for n, c in inst.items() if not c.get("shift")}
+    shifted = {c.name for c in fair.shift_cells()}  # by name, as every count reads them
+    plain = {n: c for n, c in inst.items() if n not in shifted}
     for title, _, _, fig, v in families.moe_verdicts(plain, inst_name):
         runs = sum(c["family"] == ("moe" if title.startswith("MOE") else "poe")
                    for c in plain.values())  # fmt: skip
@@ -120,7 +121,7 @@ def shift_claims(inst: dict[str, dict]) -> list[tuple[str, str, str, str]]:
     for v in fair.SHIFT_INST:
         title = (f"MOE starts on the FNE's inputs plus one, where it fails on the centred "
                  f"inputs ({inst_label(v, 'moe')}){FAIR}")  # fmt: skip
-        runs = sum(c.get("shift", False) and c["variant"] == v for c in inst.values())
+        runs = sum(shift_name("moe", v, s) in inst for s in fair.MOE_SEEDS)
         centred = families.moe_starts(inst, "moe", v, inst_name)
         shifted = families.moe_starts(inst, "moe", v, shift_name)
         n = len(fair.MOE_SEEDS)

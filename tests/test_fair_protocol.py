@@ -229,7 +229,9 @@ def test_the_report_section_reads_the_cells():
     assert "| FNE beats the one-layer embedding (MH), fair protocol | — | 0 | not yet run |" in text
     # 300 at the best rate, less 10 x |dropout - 0.2|, plus 20 for FC7; dev: less the seed
     name = fair.FairCell("fc7-sh", fair.Recipe(-6), 0).name
-    assert f"| {name} | 318.0 | 318.0 | 9 / 13 | 1 | early stop | 10 min | 0000000 | — |" in text
+    assert (
+        f"| {name} | 318.0 | 318.0 | 9 / 13 | 1 | early stop | 10 min | — | 0000000 | — |" in text
+    )
 
 
 def test_the_benchmarks_table_holds_the_rows_whose_seeds_have_all_run():
@@ -638,6 +640,17 @@ def test_the_cells_table_names_the_store_each_cell_read():
     fne[a] = fne[a] | {"row": "fne-sh", "store_sha256": {"fne.i8": "4" * 64}}
     fne[b] = fne[b] | {"row": "fne-sh", "store_sha256": {"fne.i8": "4" * 64, "pooled.f32": "5"}}
     assert fair_report.store_id(fne[a]) == fair_report.store_id(fne[b]) != rows[a]
+
+
+def test_the_cells_table_names_each_cells_cpu_apart_from_its_kernels():
+    done, _ = _run_grid(_peaked(-6), ("fc7-sh",))
+    a, b = sorted(done)[:2]
+    done[a] = done[a] | {"machine": {"cpu": "AMD EPYC"}, "bf16_gemms": "fp32"}
+    done[b] = done[b] | {"machine": {"cpu": "Intel(R) Xeon(R) Processor"}}
+    table = [x for x in fair_report.section(done) if x.startswith("| fair-")]
+    cells = {x.strip("| ").split(" | ")[0]: x.strip("| ").split(" | ")[6:8] for x in table}
+    assert cells[a] == ["10 min (bf16 in fp32 GEMMs)", "AMD EPYC"]
+    assert cells[b] == ["10 min", "Intel Xeon Processor"]
 
 
 def test_only_order_max_cells_run_on_until_they_leave_their_start():

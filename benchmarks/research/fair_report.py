@@ -557,10 +557,12 @@ def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list
               "one CPU to the next. Earlier cells show —.", "",
               "A train time marked (bf16 in fp32 GEMMs) is a cell trained on a CPU without "
               "AVX512_BF16, where its bf16 GEMMs ran in fp32 kernels on the same bf16 values "
-              "(`vsekit.lab.train.bf16`, from 2026-11-29).", "",
+              "(`vsekit.lab.train.bf16`, from 2026-11-29). Train times compare within one "
+              "CPU model (the CPU column): the grid ran on several, some about three times "
+              "as fast as others at this work.", "",
               "| cell | slice rsum (selects) | dev rsum (reported) | best epoch / epochs run "
-              "| lr decays | ended by | train time | commit | store |",
-              "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+              "| lr decays | ended by | train time | CPU | commit | store |",
+              "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for name, c in sorted(done.items()):
         events = [e["event"] for e in c["events"]]
         ended = ("the cap" if c["hit_cap"] else "early stop" if "early stop" in events
@@ -576,5 +578,6 @@ def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list
                      f"{c['best_epoch']} / {c['epochs_run']} | "
                      f"{events.count('lr decay on plateau')} | {ended} | "
                      f"{c['train_seconds'] / 60:.0f} min{gpu_mark(c)}{kernel_mark(c)} | "
+                     f"{cpu_of(c).removesuffix(kernel_mark(c)) or '—'} | "
                      f"{c['git_commit'][:7]} | {store_id(c)} |")  # fmt: skip
     return lines

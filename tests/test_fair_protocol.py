@@ -388,7 +388,10 @@ def test_moe_reruns_fne_bl_on_the_inputs_plus_one_after_every_other_cell_and_is_
     assert rows[title] == "not testable here"
     cells = {c.name: {**_inst(c, 50.0), "shift": True} for c in shifted[:2]}
     text = "\n".join(fair_report.section(done | cells, {}))
-    assert "at FNE-MOE-bl's setting and seeds: 2 of 5 run so far, 10 to 11 epochs run." in text
+    assert (
+        "at FNE-MOE-bl's setting and seeds: 2 of 5 run so far, 2 of them started, 10 to 11 "
+        "epochs run." in text
+    )
     assert "| fair-inst-moe-fne-bl-shift-s1 | 66.0 | 50.0 |" in text
     # the centred runs' table is unchanged by the runs on the shifted input
     assert "| FNE-MOE-bl | 0.0002 | 0.2 | no | 0/5 | 10-14 |" in text

@@ -222,9 +222,12 @@ def shift_lines(inst: dict[str, dict]) -> list[str]:
     for v in fair.SHIFT_INST:
         runs = [inst[n] for s in fair.MOE_SEEDS if (n := shift_name("moe", v, s)) in inst]
         n = families.moe_starts(inst, "moe", v, shift_name)
+        up = sum(families.started(c) for c in runs)
         spans = sorted(c["epochs_run"] for c in runs)
-        count = f"{n} of 5 started" if n is not None else f"{len(runs)} of 5 run so far"
-        span = f", {spans[0]} to {spans[-1]} epochs run" if spans else ""
+        count = (f"{n} of 5 started" if n is not None
+                 else f"{len(runs)} of 5 run so far, {up} of them started")  # fmt: skip
+        span = ("" if not spans else f", {spans[0]} epochs run" if spans[0] == spans[-1]
+                else f", {spans[0]} to {spans[-1]} epochs run")  # fmt: skip
         out.append(
             f"On the FNE's inputs plus one (`{fair.SHIFTED['fne']}`, the amendment of "
             f"2026-12-06), at {inst_label(v, 'moe')}'s setting and seeds: {count}{span}."

@@ -132,6 +132,38 @@ def test_the_instability_runs_are_not_read_as_the_searchs_cells(tmp_path, monkey
     assert (runs[0]["reached"], runs[0]["left"]) == (0, 1)
 
 
+def test_moes_instability_runs_are_summed_per_setting_with_the_shifted_ones_apart(monkeypatch):
+    """Each MOE instability run (POE's are not read: their L_M starts from L_S's model) is
+    read against the plateau of its own margin; the runs on the FNE plus one form a row of
+    their own, after the centred one of the same setting."""
+    floor = plateau(0.2, 128, 27_500)
+
+    def inst(variant: str, seed: int, loss: list[float], dev: float, shift: bool = False):
+        feats = {"fc7": "baseline", "fne": "fne[shift=1]" if shift else "fne"}
+        return {"cell": f"{variant}-{seed}-{shift}", "family": "moe", "variant": variant,
+                "seed": seed, "dev_last": {"rsum": dev},
+                "curve": {"epoch": list(range(len(loss))), "phase": ["max"] * len(loss),
+                          "loss": loss, "rsum": [0.0] * len(loss)},
+                "config": {"data": {"features": feats[variant.split("-")[0]]},
+                           "train": {"captions": "all", "batch_size": 128},
+                           "loss": {"margin": 0.2}}}  # fmt: skip
+
+    cells = [inst("fne-bl", 0, [60.0, floor, floor], 0.1),
+             inst("fne-bl", 0, [60.0, 55.0, floor * 0.5], 30.0, shift=True),
+             inst("fc7-abs", 1, [floor * 1.2, floor * 1.005, floor * 0.8], 20.0),
+             {**inst("fc7-bl", 0, [floor], 0.0), "family": "poe"}]  # fmt: skip
+    monkeypatch.setattr(moe_start.protocol, "load_cells",
+                        lambda folder: {c["cell"]: c for c in cells})  # fmt: skip
+    monkeypatch.setattr(moe_start, "epoch_rows", lambda config: 27_500)
+    runs = moe_start.inst_starts()
+    assert len(runs) == 3  # not the POE run
+    assert moe_start.inst_summary(runs)[2:] == [
+        "| FC7-MOE-abs | 1 | 1 (epoch 1) | 1 (epoch 2) | 1 |",
+        "| FNE-MOE-bl | 1 | 1 (epoch 1) | none | 0 |",
+        "| FNE-MOE-bl on fne[shift=1] | 1 | 1 (epoch 2) | 1 (epoch 2) | 1 |",
+    ]
+
+
 def test_only_the_l_m_epochs_of_a_curve_count_and_keep_their_numbers(tmp_path, monkeypatch):
     """A POE cell's curve holds its L_S epochs first: the start is read from its L_M
     epochs, numbered as the run numbers them, and a curve whose L_M epochs are not the

@@ -60,7 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
 from _common import record, train_run  # noqa: E402
 
 from research import fair_protocol as fair  # noqa: E402
-from research import protocol, report  # noqa: E402
+from research import families, protocol, report  # noqa: E402
 from research.fair_report import recipe_words  # noqa: E402
 
 RUNS = Path("~/.cache/vsekit/claims/runs").expanduser()
@@ -232,6 +232,52 @@ def starts() -> tuple[list[dict], dict[str, dict[str, float]]]:
     return out, cosines
 
 
+def inst_starts() -> list[dict]:
+    """Each of MOE's instability runs (``fair-inst-moe-*``: the first protocol's Table 5
+    settings at this protocol's budget, and the runs on the FNE plus one of the amendment
+    of 2026-12-06): where its loss meets the plateau, and whether it started."""
+    done = protocol.load_cells(fair.CELLS)
+    rows: dict[str, int] = {}
+    out = []
+    for name, c in sorted(done.items()):
+        if c.get("family") != "moe":
+            continue
+        key = json.dumps([c["config"]["data"], c["config"]["train"]["captions"]])
+        if key not in rows:
+            rows[key] = epoch_rows(c["config"])
+        floor = plateau(c["config"]["loss"]["margin"], c["config"]["train"]["batch_size"],
+                        rows[key])  # fmt: skip
+        features = c["config"]["data"]["features"]
+        setting = f"{c['variant'].split('-')[0].upper()}-MOE-{c['variant'].split('-', 1)[1]}"
+        group = setting + ("" if features in ("fne", "baseline") else f" on {features}")
+        epochs = logged_epochs(c)
+        out.append({"cell": name, "group": group, "seed": c["seed"],
+                    "plateau": round(floor, 4), "started": families.started(c),
+                    **({"run_folder": "missing"} if epochs is None
+                       else _start(epochs, floor))})  # fmt: skip
+    return out
+
+
+def inst_summary(runs: list[dict]) -> list[str]:
+    """Per instability setting: MOE's runs that reached the plateau, left it, started."""
+    lines = ["| MOE instability setting | runs with a log | reached the plateau | left it | "
+             "started |", "|---|---|---|---|---|"]  # fmt: skip
+
+    def key(group: str) -> tuple[str, int, bool]:  # FC7 then the FNE, Table 5's order
+        feature, _, setting = group.split(" on ")[0].partition("-MOE-")
+        return feature, list(families.MOE_SETTINGS).index(setting), " on " in group
+
+    for group in sorted({r["group"] for r in runs}, key=key):
+        logged = [r for r in runs if r["group"] == group and "epochs" in r]
+        lines.append(
+            f"| {group} | {len(logged)} | "
+            f"{_span([r['reached'] for r in logged if r['reached'] is not None])} | "
+            f"{_span([r['left'] for r in logged if r['left'] is not None])} | "
+            f"{sum(r['started'] for r in logged)} |"
+        )
+    return lines
+
+
 def table(runs: list[dict]) -> list[str]:
     lines = ["| row | recipe | seed | plateau | epochs | reached | left | lowest loss "
              "| slice rsum |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -332,11 +378,16 @@ def main() -> None:
     for name in args.probe:
         train_probe(name)
     runs, cosines = starts()
+    inst = inst_starts()
     record(OUT, {"command": " ".join(["python", "benchmarks/research/moe_start.py",
                                       *sys.argv[1:]]),
                  "reached": REACHED, "left": LEFT, "input_cosines": cosines,
-                 "runs": runs}, if_changed=True)  # fmt: skip
-    lines = [*summary(runs, cosines), "", *table(runs)]
+                 "runs": runs, "instability": inst}, if_changed=True)  # fmt: skip
+    lines = [*summary(runs, cosines), "", *table(runs), "",
+             "MOE's instability runs (`fair-inst-moe-*`: the first protocol's Table 5 "
+             "settings at this protocol's budget, and the FNE plus one at MOE-bl), each over "
+             "its whole run; a run started if its last model reaches dev rsum "
+             f"{families.STARTED:g}:", "", *inst_summary(inst)]  # fmt: skip
     text = report.with_block(DOC.read_text(), BEGIN, END, lines)
     if text is None:
         sys.exit(f"{DOC}: no '{BEGIN}' block to write the table into")

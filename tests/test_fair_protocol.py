@@ -359,10 +359,13 @@ def test_moe_reruns_fne_bl_on_the_inputs_plus_one_after_every_other_cell_and_is_
     """The amendment of 2026-12-06: the same setting and seeds as the centred FNE-MOE-bl
     runs, on the FNE plus one, listed last; its claim takes POE's rule."""
     shifted = fair.shift_cells()
-    assert [c.name for c in shifted] == [f"fair-inst-moe-fne-bl-shift-s{s}" for s in range(5)]
+    assert [c.name for c in shifted] == [f"fair-inst-moe-fne-{k}-shift-s{s}"
+                                         for k in ("bl", "bl-abs") for s in range(5)]  # fmt: skip
     todo = fair.pending({})
-    assert [c.name for c in todo[-5:]] == [c.name for c in shifted]
-    assert not any(getattr(c, "shift", False) for c in todo[:-5])
+    assert [c.name for c in todo[-10:]] == [c.name for c in shifted]
+    assert not any(getattr(c, "shift", False) for c in todo[:-10])
+    abs_ = shifted[7].settings("STORE", 0.2)
+    assert abs_["model.abs"] is True and abs_["data.features"] == "fne[shift=1]"
     centred = fair.InstCell("moe", "fne-bl", 3).settings("STORE", 0.2)
     s = shifted[3].settings("STORE", 0.2)
     assert s.pop("data.features") == "fne[shift=1]" and centred.pop("data.features") == "fne"
@@ -389,8 +392,8 @@ def test_moe_reruns_fne_bl_on_the_inputs_plus_one_after_every_other_cell_and_is_
     cells = {c.name: {**_inst(c, 50.0), "shift": True} for c in shifted[:2]}
     text = "\n".join(fair_report.section(done | cells, {}))
     assert (
-        "at FNE-MOE-bl's setting and seeds: 2 of 5 run so far, 2 of them started, 10 to 11 "
-        "epochs run." in text
+        "at FNE-MOE-bl's setting and seeds, 2 of 5 run so far, 2 of them started, 10 to 11 "
+        "epochs run; at FNE-MOE-bl-abs's setting and seeds, 0 of 5 run so far" in text
     )
     assert "| fair-inst-moe-fne-bl-shift-s1 | 66.0 | 50.0 |" in text
     # the centred runs' table is unchanged by the runs on the shifted input

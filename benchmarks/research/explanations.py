@@ -76,7 +76,10 @@ EXPLAIN = {
         "negative fails on the FNE's centred input. The fair protocol declared a test of "
         "its input half on 2026-12-06, before its runs: MOE at the MOE-bl setting, where "
         "none of five centred FNE runs started, again with the same five seeds on the input "
-        "plus one. Until those runs are in, the mechanism is untested."
+        "plus one; and, once MOE-bl's first runs and the MOE-start table showed that there "
+        "no input leaves the loss plateau, pool5's included, the same at MOE-bl-abs, where "
+        "pool5's runs all started and the centred FNE's none. Until those runs are in, the "
+        "mechanism is untested."
     ),
     "soe": (
         "The paper's SOE-over-SH margin is a single run per row: 1.7 rsum on FC7, and on the "
@@ -294,8 +297,11 @@ TESTED_BY: dict[str, tuple[str, ...]] = {
         "POE starts where MOE fails to",  # the mechanism: L_M from a trained start
         f"POE starts where MOE fails to{FAIR}",
         # the mechanism's narrower form (the amendment of 2026-12-06)
-        "MOE starts on the FNE's inputs plus one, where it fails on the centred inputs "
-        f"(FNE-MOE-bl){FAIR}",
+        *(
+            f"MOE starts on the FNE's inputs plus one, where it fails on the centred inputs "
+            f"(FNE-MOE-{k}){FAIR}"
+            for k in ("bl", "bl-abs")
+        ),
     ),
     "FNE beats the one-layer embedding (SH, thresholds -0.5/0.5)": (
         "FNE beats the one-layer embedding (SH, standardised, not ternarised)",

@@ -296,6 +296,19 @@ paragraph's first wording, the same day, before any of its runs finished, named 
 "(FNE-bl)" instead of "(FNE-MOE-bl)", did not give the two slower rates, and read the
 claim as testing the hardest negative, not only the input; the runs, the claim and its
 rule are as first declared.)
+
+**And at MOE-bl-abs** (added on 2026-12-06, before any of its runs; two of the five
+runs above were then recorded, neither of them started, and two more were training). ``moe_start.py``'s table of MOE's
+instability runs shows why MOE-bl cannot show what the input does: there every run's loss
+reaches the plateau in its first epoch and none leaves it in 60, pool5's as well as the
+centred FNE's (FC7-MOE-bl started none of five). With ``abs`` (MOE-bl-abs: lr 2e-4, margin
+0.2), pool5's runs reached it and left it (epochs 22 to 23) and all five started, while
+the centred FNE's never reached it and none started. So from this amendment
+``SHIFT_INST`` also holds ``fne-bl-abs``: the same five seeds on the FNE plus one, listed
+after the MOE-bl runs, and its claim ("... (FNE-MOE-bl-abs), fair protocol") takes the
+same rule: confirmed if all five start, refuted if none does. It is the input half's test
+at a setting where pool5 starts; no search cell ran at its margin. The MOE-bl claim and
+its runs stand as declared, and both claims test FNE-MOE's explanation.
 """
 
 from __future__ import annotations
@@ -322,7 +335,7 @@ EXTRA_ROWS = tuple(f"p5f-{p}" for p in STANDARDISED_POOL5)
 SHIFT_PIPELINES = ("moe", "poe")
 SHIFTED = {"fne": "fne[shift=1]", "fnef": "fne[t=none;shift=1]"}  # data.features
 # the amendment of 2026-12-06: MOE's instability runs on the FNE's inputs plus one
-SHIFT_INST = ("fne-bl",)
+SHIFT_INST = ("fne-bl", "fne-bl-abs")  # the second from the amendment's second part
 LR_START = (-7, -6, -5)  # half-decade exponents k of lr = 10^(k/2): 3.2e-4, 1e-3, 3.2e-3
 LR_BOUNDS = (-10, -2)  # 1e-5 .. 1e-1
 DROPOUTS = (0.0, 0.2, 0.5)

@@ -218,7 +218,7 @@ def inst_section(inst: dict[str, dict], first: dict[str, dict]) -> list[str]:
 
 def shift_lines(inst: dict[str, dict]) -> list[str]:
     """The runs on the FNE's inputs plus one (the amendment of 2026-12-06), per setting."""
-    out = []
+    parts = []
     for v in fair.SHIFT_INST:
         runs = [inst[n] for s in fair.MOE_SEEDS if (n := shift_name("moe", v, s)) in inst]
         n = families.moe_starts(inst, "moe", v, shift_name)
@@ -228,11 +228,9 @@ def shift_lines(inst: dict[str, dict]) -> list[str]:
                  else f"{len(runs)} of 5 run so far, {up} of them started")  # fmt: skip
         span = ("" if not spans else f", {spans[0]} epochs run" if spans[0] == spans[-1]
                 else f", {spans[0]} to {spans[-1]} epochs run")  # fmt: skip
-        out.append(
-            f"On the FNE's inputs plus one (`{fair.SHIFTED['fne']}`, the amendment of "
-            f"2026-12-06), at {inst_label(v, 'moe')}'s setting and seeds: {count}{span}."
-        )
-    return ["", " ".join(out)] if out else []
+        parts.append(f"at {inst_label(v, 'moe')}'s setting and seeds, {count}{span}")
+    return ["", f"On the FNE's inputs plus one (`{fair.SHIFTED['fne']}`, the amendment of "
+            f"2026-12-06): {'; '.join(parts)}."]  # fmt: skip
 
 
 def inst_label(variant: str, family: str) -> str:

@@ -134,30 +134,36 @@ def test_the_instability_runs_are_not_read_as_the_searchs_cells(tmp_path, monkey
 
 def test_moes_instability_runs_are_summed_per_setting_with_the_shifted_ones_apart(monkeypatch):
     """Each MOE instability run (POE's are not read: their L_M starts from L_S's model) is
-    read against the plateau of its own margin; the runs on the FNE plus one form a row of
-    their own, after the centred one of the same setting."""
-    floor = plateau(0.2, 128, 27_500)
+    read against the plateau of its own margin and batch; the settings come in Table 5's
+    order, and the runs on the FNE plus one form a row of their own after the centred one."""
+    wide, narrow = plateau(0.2, 128, 27_500), plateau(0.05, 64, 27_500)
 
-    def inst(variant: str, seed: int, loss: list[float], dev: float, shift: bool = False):
+    def inst(variant: str, seed: int, loss: list[float], dev: float, shift: bool = False,
+             margin: float = 0.2, batch: int = 128) -> dict:  # fmt: skip
         feats = {"fc7": "baseline", "fne": "fne[shift=1]" if shift else "fne"}
         return {"cell": f"{variant}-{seed}-{shift}", "family": "moe", "variant": variant,
-                "seed": seed, "dev_last": {"rsum": dev},
+                "seed": seed, "dev_last": {"rsum": dev}, "shift": shift,
                 "curve": {"epoch": list(range(len(loss))), "phase": ["max"] * len(loss),
                           "loss": loss, "rsum": [0.0] * len(loss)},
                 "config": {"data": {"features": feats[variant.split("-")[0]]},
-                           "train": {"captions": "all", "batch_size": 128},
-                           "loss": {"margin": 0.2}}}  # fmt: skip
+                           "train": {"captions": "all", "batch_size": batch},
+                           "loss": {"margin": margin}}}  # fmt: skip
 
-    cells = [inst("fne-bl", 0, [60.0, floor, floor], 0.1),
-             inst("fne-bl", 0, [60.0, 55.0, floor * 0.5], 30.0, shift=True),
-             inst("fc7-abs", 1, [floor * 1.2, floor * 1.005, floor * 0.8], 20.0),
-             {**inst("fc7-bl", 0, [floor], 0.0), "family": "poe"}]  # fmt: skip
+    cells = [inst("fne-bl", 0, [60.0, wide, wide], 0.1),
+             inst("fne-bl", 0, [60.0, 55.0, wide * 0.5], 30.0, shift=True),
+             # read against its own (narrow) plateau: against the wide one it would have
+             # left it at epoch 0
+             inst("fc7-abs", 1, [narrow * 1.2, narrow * 1.005, narrow * 0.8], 20.0,
+                  margin=0.05, batch=64),
+             inst("fc7-bl", 2, [wide * 1.2, wide * 1.2], 0.0),
+             {**inst("fc7-bl", 0, [wide], 0.0), "family": "poe"}]  # fmt: skip
     monkeypatch.setattr(moe_start.protocol, "load_cells",
                         lambda folder: {c["cell"]: c for c in cells})  # fmt: skip
     monkeypatch.setattr(moe_start, "epoch_rows", lambda config: 27_500)
     runs = moe_start.inst_starts()
-    assert len(runs) == 3  # not the POE run
+    assert len(runs) == 4  # not the POE run
     assert moe_start.inst_summary(runs)[2:] == [
+        "| FC7-MOE-bl | 1 | none | none | 0 |",  # bl before abs: Table 5's order
         "| FC7-MOE-abs | 1 | 1 (epoch 1) | 1 (epoch 2) | 1 |",
         "| FNE-MOE-bl | 1 | 1 (epoch 1) | none | 0 |",
         "| FNE-MOE-bl on fne[shift=1] | 1 | 1 (epoch 2) | 1 (epoch 2) | 1 |",

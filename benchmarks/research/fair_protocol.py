@@ -298,17 +298,19 @@ claim as testing the hardest negative, not only the input; the runs, the claim a
 rule are as first declared.)
 
 **And at MOE-bl-abs** (added on 2026-12-06, before any of its runs; two of the five
-runs above were then recorded, neither of them started, and two more were training). ``moe_start.py``'s table of MOE's
-instability runs shows why MOE-bl cannot show what the input does: there every run's loss
-reaches the plateau in its first epoch and none leaves it in 60, pool5's as well as the
-centred FNE's (FC7-MOE-bl started none of five). With ``abs`` (MOE-bl-abs: lr 2e-4, margin
-0.2), pool5's runs reached it and left it (epochs 22 to 23) and all five started, while
-the centred FNE's never reached it and none started. So from this amendment
-``SHIFT_INST`` also holds ``fne-bl-abs``: the same five seeds on the FNE plus one, listed
-after the MOE-bl runs, and its claim ("... (FNE-MOE-bl-abs), fair protocol") takes the
-same rule: confirmed if all five start, refuted if none does. It is the input half's test
-at a setting where pool5 starts; no search cell ran at its margin. The MOE-bl claim and
-its runs stand as declared, and both claims test FNE-MOE's explanation.
+runs above were then recorded, neither of them started, and two more were training).
+``moe_start.py``'s table of MOE's instability runs shows why MOE-bl cannot show what the
+input does: there every run's loss reaches the plateau by its second epoch (epoch 1) and
+none leaves it in 60, pool5's as well as the centred FNE's (FC7-MOE-bl started none of
+five). With ``abs`` (MOE-bl-abs: lr 2e-4, margin 0.2), pool5's runs reached it and left it
+(epochs 22 to 23) and all five started, while the centred FNE's never reached it and none
+started. So from this amendment ``SHIFT_INST`` also holds ``fne-bl-abs``: the same five
+seeds on the FNE plus one, listed after the MOE-bl runs, and its claim ("...
+(FNE-MOE-bl-abs), fair protocol") takes the same rule: confirmed if all five start,
+refuted if none does. It is the input half's test at a setting where pool5 starts; no
+search cell ran at its margin. The MOE-bl claim and its runs stand as declared, and both
+claims test FNE-MOE's explanation. (Its first wording, the same day and before any of its
+runs, said "in its first epoch"; the runs and the claim are as first declared.)
 """
 
 from __future__ import annotations

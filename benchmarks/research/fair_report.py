@@ -224,8 +224,10 @@ def shift_lines(inst: dict[str, dict]) -> list[str]:
         n = families.moe_starts(inst, "moe", v, shift_name)
         up = sum(families.started(c) for c in runs)
         spans = sorted(c["epochs_run"] for c in runs)
-        count = (f"{n} of 5 started" if n is not None
-                 else f"{len(runs)} of 5 run so far, {up} of them started")  # fmt: skip
+        of = len(fair.MOE_SEEDS)
+        count = (f"{n} of {of} started" if n is not None
+                 else f"{len(runs)} of {of} run so far" + (f", {up} of them started"
+                                                            if runs else ""))  # fmt: skip
         span = ("" if not spans else f", {spans[0]} epochs run" if spans[0] == spans[-1]
                 else f", {spans[0]} to {spans[-1]} epochs run")  # fmt: skip
         parts.append(f"at {inst_label(v, 'moe')}'s setting and seeds, {count}{span}")

@@ -249,7 +249,7 @@ def inst_starts() -> list[dict]:
                         rows[key])  # fmt: skip
         features = c["config"]["data"]["features"]
         setting = f"{c['variant'].split('-')[0].upper()}-MOE-{c['variant'].split('-', 1)[1]}"
-        group = setting + ("" if features in ("fne", "baseline") else f" on {features}")
+        group = setting + (f" on {features}" if c.get("shift") else "")
         epochs = logged_epochs(c)
         out.append({"cell": name, "group": group, "seed": c["seed"],
                     "plateau": round(floor, 4), "started": families.started(c),
@@ -263,9 +263,12 @@ def inst_summary(runs: list[dict]) -> list[str]:
     lines = ["| MOE instability setting | runs with a log | reached the plateau | left it | "
              "started |", "|---|---|---|---|---|"]  # fmt: skip
 
-    def key(group: str) -> tuple[str, int, bool]:  # FC7 then the FNE, Table 5's order
+    settings = list(families.MOE_SETTINGS)
+
+    def key(group: str) -> tuple[str, int, str]:  # per feature, Table 5's settings in order
         feature, _, setting = group.split(" on ")[0].partition("-MOE-")
-        return feature, list(families.MOE_SETTINGS).index(setting), " on " in group
+        at = settings.index(setting) if setting in settings else len(settings)
+        return feature, at, group  # the centred run's row before its shifted one
 
     for group in sorted({r["group"] for r in runs}, key=key):
         logged = [r for r in runs if r["group"] == group and "epochs" in r]
@@ -385,8 +388,9 @@ def main() -> None:
                  "runs": runs, "instability": inst}, if_changed=True)  # fmt: skip
     lines = [*summary(runs, cosines), "", *table(runs), "",
              "MOE's instability runs (`fair-inst-moe-*`: the first protocol's Table 5 "
-             "settings at this protocol's budget, and the FNE plus one at MOE-bl), each over "
-             "its whole run; a run started if its last model reaches dev rsum "
+             "settings at this protocol's budget, and the FNE plus one at "
+             f"{', '.join(f'MOE-{v.split(chr(45), 1)[1]}' for v in fair.SHIFT_INST)}), each "
+             "over its whole run; a run started if its last model reaches dev rsum "
              f"{families.STARTED:g}:", "", *inst_summary(inst)]  # fmt: skip
     text = report.with_block(DOC.read_text(), BEGIN, END, lines)
     if text is None:

@@ -651,11 +651,13 @@ def test_the_cells_table_names_the_store_each_cell_read():
 def test_the_cells_table_names_each_cells_cpu_apart_from_its_kernels():
     done, _ = _run_grid(_peaked(-6), ("fc7-sh",))
     a, b = sorted(done)[:2]
-    done[a] = done[a] | {"machine": {"cpu": "AMD EPYC"}, "bf16_gemms": "fp32"}
-    done[b] = done[b] | {"machine": {"cpu": "Intel(R) Xeon(R) Processor"}}
+    done[a] = done[a] | {"machine": {"cpu": "AMD EPYC", "cpu_flags": ["AVX2"]},
+                         "bf16_gemms": "fp32"}  # fmt: skip
+    done[b] = done[b] | {"machine": {"cpu": "Intel(R) Xeon(R) Processor",
+                                     "cpu_flags": ["AVX2", "AVX512BF16"]}}  # fmt: skip
     table = [x for x in fair_report.section(done) if x.startswith("| fair-")]
     cells = {x.strip("| ").split(" | ")[0]: x.strip("| ").split(" | ")[6:8] for x in table}
-    assert cells[a] == ["10 min (bf16 in fp32 GEMMs)", "AMD EPYC"]
+    assert cells[a] == ["10 min (bf16 in fp32 GEMMs)", "AMD EPYC, no AVX512_BF16"]
     assert cells[b] == ["10 min", "Intel Xeon Processor"]
 
 

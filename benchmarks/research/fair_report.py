@@ -297,11 +297,23 @@ def kernel_mark(cell: dict) -> str:
     return marks.get(cell.get("bf16_gemms", ""), "")
 
 
+def cpu_name(cell: dict) -> str:
+    """The CPU model a cell trained on, without trademark marks ("" if not recorded)."""
+    return cell.get("machine", {}).get("cpu", "").replace("(R)", "").replace("(TM)", "")
+
+
 def cpu_of(cell: dict) -> str:
-    """The CPU model a cell trained on, without trademark marks ("" if not recorded), and
-    its :func:`kernel_mark` (one model name covers CPUs with and without AVX512_BF16)."""
-    cpu = cell.get("machine", {}).get("cpu", "").replace("(R)", "").replace("(TM)", "")
-    return cpu + kernel_mark(cell)
+    """:func:`cpu_name` and the cell's :func:`kernel_mark` (one model name covers CPUs with
+    and without AVX512_BF16)."""
+    return cpu_name(cell) + kernel_mark(cell)
+
+
+def cpu_column(cell: dict) -> str:
+    """The cells table's CPU: :func:`cpu_name`, and ", no AVX512_BF16" where the cell's
+    recorded flags lack it (the same model name covers both kinds); — if not recorded."""
+    flags = cell.get("machine", {}).get("cpu_flags")
+    lacks = flags is not None and "AVX512BF16" not in flags
+    return (cpu_name(cell) + (", no AVX512_BF16" if lacks else "")) or "—"
 
 
 def cpu_times(cell: dict) -> list[float]:
@@ -561,8 +573,9 @@ def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list
               "A train time marked (bf16 in fp32 GEMMs) is a cell trained on a CPU without "
               "AVX512_BF16, where its bf16 GEMMs ran in fp32 kernels on the same bf16 values "
               "(`vsekit.lab.train.bf16`, from 2026-11-29). Train times compare within one "
-              "CPU model (the CPU column): the grid ran on several, some about three times "
-              "as fast as others at this work.", "",
+              "kind of CPU (the CPU column, which names the model and whether its flags "
+              "lack AVX512_BF16): the grid ran on several, some about three times as fast "
+              "as others at this work.", "",
               "| cell | slice rsum (selects) | dev rsum (reported) | best epoch / epochs run "
               "| lr decays | ended by | train time | CPU | commit | store |",
               "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -581,6 +594,6 @@ def section(done: dict[str, dict], first: dict[str, dict] | None = None) -> list
                      f"{c['best_epoch']} / {c['epochs_run']} | "
                      f"{events.count('lr decay on plateau')} | {ended} | "
                      f"{c['train_seconds'] / 60:.0f} min{gpu_mark(c)}{kernel_mark(c)} | "
-                     f"{cpu_of(c).removesuffix(kernel_mark(c)) or '—'} | "
+                     f"{cpu_column(c)} | "
                      f"{c['git_commit'][:7]} | {store_id(c)} |")  # fmt: skip
     return lines

@@ -77,10 +77,14 @@ EXPLAIN = {
         "negative fails on the FNE's centred input. The fair protocol declared a test of "
         "its input half on 2026-12-06, before its runs: MOE at the MOE-bl setting, where "
         "none of five centred FNE runs started, again with the same five seeds on the input "
-        "plus one; and, once MOE-bl's first runs and the MOE-start table showed that there "
-        "no input leaves the loss plateau, pool5's included, the same at MOE-bl-abs, where "
-        "pool5's runs all started and the centred FNE's none. Until those runs are in, the "
-        "mechanism is untested."
+        "plus one. None started there either (refuted), but that setting cannot tell the "
+        "inputs apart: at MOE-bl every MOE run reaches the loss plateau and stays on it, "
+        "pool5's included (the MOE-start section of docs/benchmarks.md). The same test at "
+        "MOE-bl-abs, where pool5's runs all started and the centred FNE's none, was "
+        "declared once MOE-bl's first runs showed this; until its runs are in, the input "
+        "half is untested. The loss half (that the hardest negative, not any ranking loss, "
+        "fails on the centred input) rests on POE's L_S phases, read after they ran, and is "
+        "untested."
     ),
     "soe": (
         "The paper's SOE-over-SH margin is a single run per row: 1.7 rsum on FC7, and on the "

@@ -61,7 +61,7 @@ from _common import record, train_run  # noqa: E402
 
 from research import fair_protocol as fair  # noqa: E402
 from research import families, protocol, report  # noqa: E402
-from research.fair_report import recipe_words  # noqa: E402
+from research.fair_report import inst_label, recipe_words  # noqa: E402
 
 RUNS = Path("~/.cache/vsekit/claims/runs").expanduser()
 OUT = Path(__file__).with_suffix(".json")
@@ -237,19 +237,14 @@ def inst_starts() -> list[dict]:
     settings at this protocol's budget, and the runs on the FNE plus one of the amendment
     of 2026-12-06): where its loss meets the plateau, and whether it started."""
     done = protocol.load_cells(fair.CELLS)
-    rows: dict[str, int] = {}
     out = []
     for name, c in sorted(done.items()):
         if c.get("family") != "moe":
             continue
-        key = json.dumps([c["config"]["data"], c["config"]["train"]["captions"]])
-        if key not in rows:
-            rows[key] = epoch_rows(c["config"])
-        floor = plateau(c["config"]["loss"]["margin"], c["config"]["train"]["batch_size"],
-                        rows[key])  # fmt: skip
-        features = c["config"]["data"]["features"]
-        setting = f"{c['variant'].split('-')[0].upper()}-MOE-{c['variant'].split('-', 1)[1]}"
-        group = setting + (f" on {features}" if c.get("shift") else "")
+        cfg = c["config"]  # epoch_rows loads each split once (train_split is cached)
+        floor = plateau(cfg["loss"]["margin"], cfg["train"]["batch_size"], epoch_rows(cfg))
+        shifted = f" on {cfg['data']['features']}" if c.get("shift") else ""
+        group = inst_label(c["variant"], "moe") + shifted
         epochs = logged_epochs(c)
         out.append({"cell": name, "group": group, "seed": c["seed"],
                     "plateau": round(floor, 4), "started": families.started(c),
@@ -389,7 +384,7 @@ def main() -> None:
     lines = [*summary(runs, cosines), "", *table(runs), "",
              "MOE's instability runs (`fair-inst-moe-*`: the first protocol's Table 5 "
              "settings at this protocol's budget, and the FNE plus one at "
-             f"{', '.join(f'MOE-{v.split(chr(45), 1)[1]}' for v in fair.SHIFT_INST)}), each "
+             f"{', '.join(inst_label(v, 'moe') for v in fair.SHIFT_INST)}), each "
              "over its whole run; a run started if its last model reaches dev rsum "
              f"{families.STARTED:g}:", "", *inst_summary(inst)]  # fmt: skip
     text = report.with_block(DOC.read_text(), BEGIN, END, lines)
